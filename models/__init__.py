@@ -1,1 +1,132 @@
+"""Model architectures: registry, construction from presets, and backbone checkpoints.
 
+Importing this package registers every architecture ("bert", "gpt2"); each model folder
+registers itself in its ``__init__``.
+
+    from lmfactory import models
+    backbone = models.build("bert", "base", vocabulary_size=32000)
+    models.save_checkpoint(backbone, "/tmp/ckpt")
+    backbone = models.load_checkpoint("bert", "/tmp/ckpt")
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+
+from lmfactory.models import registry
+from lmfactory.models.registry import Architecture, get, names, register
+
+# Each import registers its architecture.
+from lmfactory.models import bert  # noqa: E402,F401  isort:skip
+from lmfactory.models import gpt2  # noqa: E402,F401  isort:skip
+
+CHECKPOINT_FORMAT = "lmfactory.backbone"
+CHECKPOINT_CONFIG = "config.json"
+CHECKPOINT_WEIGHTS = "model.weights.h5"
+
+# Hugging Face `model_type` -> fn(name, path, hf_config) -> backbone. Filled by the
+# converters when they land; until then such folders are rejected with a clear error.
+_HF_CONVERTERS: dict = {}
+
+
+def presets(name: str) -> dict:
+    """Preset name -> backbone constructor kwargs of architecture ``name`` (a copy)."""
+    return {preset: dict(config) for preset, config in get(name).presets.items()}
+
+
+def backbone_arguments(name: str) -> list[str]:
+    """The constructor arguments of ``name``'s backbone that `build` accepts as overrides."""
+    signature = inspect.signature(get(name).backbone_cls.__init__)
+    arguments = [p.name for p in signature.parameters.values()
+                 if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    return arguments + ["name"]
+
+
+def build(name: str, preset: str = "tiny", **overrides):
+    """A freshly initialised backbone of architecture ``name`` at size ``preset``, with
+    constructor arguments in ``overrides`` replacing the preset's (e.g. vocabulary_size)."""
+    arch = get(name)
+    if preset not in arch.presets:
+        raise ValueError(f"Unknown preset {preset!r} for {name!r}; "
+                         f"presets: {sorted(arch.presets)}")
+    allowed = backbone_arguments(name)
+    unknown = sorted(set(overrides) - set(allowed))
+    if unknown:
+        raise ValueError(f"Unknown override(s) {unknown} for {name!r}; "
+                         f"allowed: {sorted(allowed)}")
+    config = {**arch.presets[preset], **overrides}
+    return arch.backbone_cls(**config)
+
+
+def _join(path, filename):
+    return os.path.join(os.fspath(path), filename)
+
+
+def save_checkpoint(backbone, path, preset: str | None = None) -> None:
+    """Writes ``backbone`` to the folder ``path``: ``config.json`` (architecture, preset
+    name if known, the backbone's config) and ``model.weights.h5``."""
+    import tensorflow as tf
+
+    arch = registry.find_by_backbone(backbone)
+    tf.io.gfile.makedirs(os.fspath(path))
+    with tf.io.gfile.GFile(_join(path, CHECKPOINT_CONFIG), "w") as f:
+        json.dump({
+            "format": CHECKPOINT_FORMAT,
+            "architecture": arch.name,
+            "backbone_class": type(backbone).__name__,
+            "preset": preset,
+            "config": backbone.get_config(),
+        }, f, indent=2, sort_keys=True)
+    backbone.save_weights(_join(path, CHECKPOINT_WEIGHTS))
+
+
+def load_checkpoint(name: str, path):
+    """Loads a backbone of architecture ``name`` from the folder ``path``.
+
+    Reads folders written by `save_checkpoint`. A folder holding a Hugging Face
+    ``config.json`` (one with ``model_type``) needs a converter, which is not registered
+    yet for any architecture: that raises a ValueError.
+    """
+    import tensorflow as tf
+
+    arch = get(name)
+    config_path = _join(path, CHECKPOINT_CONFIG)
+    if not tf.io.gfile.exists(config_path):
+        raise FileNotFoundError(f"No {CHECKPOINT_CONFIG} in checkpoint folder {path!r}")
+    with tf.io.gfile.GFile(config_path, "r") as f:
+        config = json.load(f)
+
+    if config.get("format") != CHECKPOINT_FORMAT and "model_type" in config:
+        model_type = config["model_type"]
+        if model_type not in _HF_CONVERTERS:
+            raise ValueError(
+                f"{path!r} holds a Hugging Face checkpoint (model_type={model_type!r}); "
+                f"the Hugging Face converter for {model_type!r} is not registered yet, so "
+                f"it cannot be loaded as {name!r}. Registered converters: "
+                f"{sorted(_HF_CONVERTERS)}")
+        return _HF_CONVERTERS[model_type](name, path, config)
+    if config.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{config_path} is not an lmfactory checkpoint "
+                         f"(expected format {CHECKPOINT_FORMAT!r})")
+    if config.get("architecture") != name:
+        raise ValueError(f"{path!r} holds a {config.get('architecture')!r} checkpoint, "
+                         f"not {name!r}")
+
+    backbone = arch.backbone_cls.from_config(config["config"])
+    backbone.load_weights(_join(path, CHECKPOINT_WEIGHTS))
+    return backbone
+
+
+__all__ = [
+    "Architecture",
+    "backbone_arguments",
+    "build",
+    "get",
+    "load_checkpoint",
+    "names",
+    "presets",
+    "register",
+    "save_checkpoint",
+]

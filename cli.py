@@ -1,0 +1,123 @@
+"""``lmfactory`` command line: list, run, compile.
+
+    lmfactory list                       architectures and recipes, one name per line
+    lmfactory run RECIPE [--runner local|vertex] [--set field.path=value ...]
+    lmfactory compile RECIPE --pipeline-root gs://... [--output pipeline.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+
+def _configure_logging(verbose: bool) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        force=True)
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.INFO if verbose else absl_logging.WARNING)
+    if not verbose:
+        # Component start/finish lines are the progress a user wants; per-op chatter is not.
+        for noisy in ("apache_beam", "tensorflow", "absl", "root"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+        logging.getLogger("tfx").setLevel(logging.INFO)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lmfactory", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="print architectures and recipes, one name per line")
+    for name in ("run", "compile", "validate"):
+        command = commands.add_parser(name)
+        command.add_argument("recipe", help="a registered recipe name or a YAML file")
+        command.add_argument("--set", dest="overrides", action="append", default=[],
+                             metavar="FIELD=VALUE", help="override a recipe field")
+        command.add_argument("-v", "--verbose", action="store_true")
+        if name == "run":
+            command.add_argument("--runner", choices=("local", "vertex"), default="local")
+            command.add_argument("--output-dir", default="runs",
+                                 help="local runs: pipeline root, MLMD and serving dir")
+            command.add_argument("--no-cache", action="store_true")
+        if name in ("run", "compile"):
+            command.add_argument("--pipeline-root", help="vertex: gs:// pipeline root")
+            command.add_argument("--output", help="vertex: pipeline JSON path")
+            command.add_argument("--image", help="vertex: container image with lmfactory")
+            command.add_argument("--project", help="vertex: GCP project")
+            command.add_argument("--region", default="us-central1", help="vertex: region")
+    return parser
+
+
+def _list() -> int:
+    from lmfactory import models
+    from lmfactory.recipe import recipe_names
+
+    for name in [*models.names(), *recipe_names()]:
+        print(name)
+    return 0
+
+
+def _compile(args, recipe) -> str:
+    from lmfactory.pipelines import runners
+
+    if not args.pipeline_root:
+        raise SystemExit("lmfactory: --pipeline-root (gs://bucket/path) is required for Vertex")
+    output = args.output or f"{recipe['name']}_pipeline.json"
+    runners.compile_vertex(recipe, output, args.pipeline_root,
+                           image=args.image or runners.DEFAULT_IMAGE)
+    print(f"Pipeline spec: {os.path.abspath(output)}")
+    return output
+
+
+def _run_local(args, recipe) -> int:
+    from lmfactory.pipelines import runners
+
+    started = time.time()
+    print(f"Running recipe {recipe['name']} ({recipe['architecture']}/{recipe['preset']}) "
+          f"locally; outputs under {os.path.abspath(args.output_dir)}", flush=True)
+    summary = runners.run_local(recipe, args.output_dir, enable_cache=not args.no_cache)
+    minutes = (time.time() - started) / 60
+    outcome = summary["evaluation"]
+    print(f"\n== Finished in {minutes:.1f} min")
+    if outcome:
+        for name, value in outcome["metrics"].items():
+            print(f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {value}")
+        print(f"blessed: {outcome['blessed']} ({outcome['reason']})")
+    print(f"pushed model: {summary['pushed_model'] or 'none (not blessed)'}")
+    return 0 if summary["pushed_model"] else 1
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "list":
+        return _list()
+    _configure_logging(args.verbose)
+    from lmfactory.recipe import RecipeError, load_recipe
+
+    try:
+        recipe = load_recipe(args.recipe, args.overrides)
+    except (RecipeError, FileNotFoundError) as error:
+        print(f"lmfactory: {error}", file=sys.stderr)
+        return 2
+    if args.command == "validate":
+        print(f"recipe {recipe['name']} is valid")
+        return 0
+    if args.command == "compile" or args.runner == "vertex":
+        output = _compile(args, recipe)
+        if args.command == "run":
+            from lmfactory.pipelines import runners
+
+            if not args.project:
+                raise SystemExit("lmfactory: --project is required to submit to Vertex AI")
+            runners.submit_vertex(output, args.project, args.region, args.pipeline_root)
+        return 0
+    return _run_local(args, recipe)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Evaluation with a blessing gate: task metric on held-out data, blessed above a threshold."""

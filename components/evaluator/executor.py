@@ -1,0 +1,152 @@
+"""Evaluator executor: a plain function of its inputs plus a thin TFX executor around it.
+
+Classifiers are scored through the exported ``serving_default`` signature on raw strings, so
+the figure is the one the pushed model will give. Language models are scored by perplexity
+on held-out pretraining-format records with the trained Keras model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import numpy as np
+import tensorflow as tf
+from tfx.dsl.components.base import base_executor
+from tfx.types import artifact_utils
+
+from lmfactory.components.evaluator import metrics as metric_lib
+
+REPORT_JSON = "metrics.json"
+REPORT_MD = "report.md"
+
+
+def _serving_dir(model_uri: str) -> str:
+    return os.path.join(model_uri, "Format-Serving")
+
+
+def _model_config(model_uri: str) -> dict:
+    with tf.io.gfile.GFile(os.path.join(model_uri, "keras", "model_config.json")) as f:
+        return json.load(f)
+
+
+def _records(file_pattern: str):
+    files = sorted(tf.io.gfile.glob(file_pattern))
+    if not files:
+        raise FileNotFoundError(f"No evaluation records match {file_pattern!r}")
+    return tf.data.TFRecordDataset(files, compression_type="GZIP")
+
+
+def evaluate_classifier(model_uri: str, file_pattern: str, text_features: list[str],
+                        batch_size: int = 64) -> dict:
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModel uses)
+
+    serve = tf.saved_model.load(_serving_dir(model_uri)).signatures["serving_default"]
+    spec = {name: tf.io.FixedLenFeature([], tf.string) for name in text_features}
+    spec["label"] = tf.io.FixedLenFeature([], tf.int64)
+    labels, predictions = [], []
+    for batch in _records(file_pattern).batch(batch_size).map(
+            lambda s: tf.io.parse_example(s, spec)):
+        outputs = serve(**{name: batch[name] for name in text_features})
+        labels.append(batch["label"].numpy())
+        predictions.append(outputs["label"].numpy())
+    return metric_lib.classification_metrics(np.concatenate(labels), np.concatenate(predictions))
+
+
+def evaluate_language_model(model_uri: str, file_pattern: str, batch_size: int = 16,
+                            max_batches: int | None = None) -> dict:
+    import keras
+
+    import lmfactory.models  # noqa: F401  (registers the serialised classes)
+    from lmfactory.components.pretraining_data import features
+
+    examples_uri = os.path.dirname(os.path.dirname(file_pattern))
+    data_config = features.read_pretraining_config(examples_uri)
+    model = keras.saving.load_model(os.path.join(model_uri, "keras", "model.keras"),
+                                    compile=False)
+    dataset = features.make_dataset(file_pattern, data_config, batch_size=batch_size,
+                                    shuffle=False, repeat=False)
+    total_nll, total_tokens = 0.0, 0.0
+    for step, (x, y, weight) in enumerate(dataset):
+        if max_batches is not None and step >= max_batches:
+            break
+        logits = tf.cast(model(x, training=False), tf.float32)
+        nll = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+        weight = tf.cast(weight, tf.float32)
+        total_nll += float(tf.reduce_sum(nll * weight))
+        total_tokens += float(tf.reduce_sum(weight))
+    return {"perplexity": metric_lib.perplexity(total_nll, total_tokens),
+            "nll": total_nll / max(total_tokens, 1.0), "tokens": int(total_tokens)}
+
+
+def evaluate(model_uri: str, file_pattern: str, config: dict) -> dict:
+    task = _model_config(model_uri)["task"]
+    if task["kind"] == "classification":
+        return evaluate_classifier(model_uri, file_pattern, task["text_features"],
+                                   config.get("batch_size", 64))
+    if task.get("objective") == "causal_lm":
+        return evaluate_language_model(model_uri, file_pattern, config.get("batch_size", 16),
+                                       config.get("max_batches"))
+    raise ValueError(f"No evaluation defined for task {task}")
+
+
+def evaluate_and_bless(model_uri: str, file_pattern: str, config: dict,
+                       baseline_uri: str | None = None) -> dict:
+    """Scores the model (and the baseline on the same data) and applies the blessing rule."""
+    metric = config["metric"]
+    if metric not in metric_lib.METRICS:
+        raise ValueError(f"metric must be one of {sorted(metric_lib.METRICS)}, got {metric!r}")
+    results = evaluate(model_uri, file_pattern, config)
+    baseline_results = evaluate(baseline_uri, file_pattern, config) if baseline_uri else None
+    baseline_value = baseline_results[metric] if baseline_results else None
+    blessed, reason = metric_lib.passes(metric, results[metric], config.get("threshold"),
+                                        baseline_value)
+    return {"metric": metric, "value": results[metric], "metrics": results,
+            "baseline_metrics": baseline_results, "threshold": config.get("threshold"),
+            "blessed": blessed, "reason": reason}
+
+
+def write_report(outcome: dict, evaluation_dir: str) -> None:
+    tf.io.gfile.makedirs(evaluation_dir)
+    with tf.io.gfile.GFile(os.path.join(evaluation_dir, REPORT_JSON), "w") as f:
+        json.dump(outcome, f, indent=2, sort_keys=True)
+    rows = "\n".join(f"| {name} | {value:.4f} |" if isinstance(value, float)
+                     else f"| {name} | {value} |" for name, value in outcome["metrics"].items())
+    verdict = "BLESSED" if outcome["blessed"] else "NOT BLESSED"
+    with tf.io.gfile.GFile(os.path.join(evaluation_dir, REPORT_MD), "w") as f:
+        f.write(f"# Evaluation\n\n| metric | value |\n|---|---|\n{rows}\n\n"
+                f"**{verdict}**: {outcome['reason']}\n")
+
+
+class Executor(base_executor.BaseExecutor):
+
+    def Do(self, input_dict, output_dict, exec_properties):
+        model = artifact_utils.get_single_instance(input_dict["model"])
+        examples = artifact_utils.get_single_instance(input_dict["examples"])
+        baselines = input_dict.get("baseline_model") or []
+        baseline_uri = baselines[0].uri if baselines else None
+        if baseline_uri == model.uri:
+            baseline_uri = None
+        config = json.loads(exec_properties["config"])
+        split = config.get("split", "eval")
+        pattern = os.path.join(artifact_utils.get_split_uri([examples], split), "*")
+        outcome = evaluate_and_bless(model.uri, pattern, config, baseline_uri)
+        evaluation = artifact_utils.get_single_instance(output_dict["evaluation"])
+        write_report(outcome, evaluation.uri)
+        blessing = artifact_utils.get_single_instance(output_dict["blessing"])
+        _write_blessing(blessing, model, outcome["blessed"], baseline_uri)
+        logging.info("Evaluation: %s", outcome["reason"])
+
+
+def _write_blessing(blessing, model, blessed: bool, baseline_uri: str | None) -> None:
+    """Marks the blessing as TFX's Evaluator does, so Pusher and LatestBlessedModelStrategy read it."""
+    tf.io.gfile.makedirs(blessing.uri)
+    marker = "BLESSED" if blessed else "NOT_BLESSED"
+    with tf.io.gfile.GFile(os.path.join(blessing.uri, marker), "w") as f:
+        f.write("")
+    blessing.set_int_custom_property("blessed", int(blessed))
+    blessing.set_string_custom_property("current_model", model.uri)
+    blessing.set_int_custom_property("current_model_id", model.id)
+    if baseline_uri:
+        blessing.set_string_custom_property("baseline_model", baseline_uri)

@@ -1,0 +1,29 @@
+"""PretrainingExampleGen: corpus Examples -> BERT MLM+NSP or causal-LM records (CONTRACTS §3).
+
+Modules: ``features`` (record format, config defaults, ``make_dataset`` for the trainer; no
+TFX/Beam imports), ``bert_mlm_nsp`` and ``causal_lm`` (instance creation, pure Python),
+``executor`` (Beam pipeline, ``generate_pretraining_examples``, TFX ``Executor``),
+``component`` (``PretrainingExampleGen``). The TFX names below are imported lazily so that
+``features`` can be used without importing TFX.
+"""
+
+_LAZY = {
+    "PretrainingExampleGen": "component",
+    "PretrainingExampleGenSpec": "component",
+    "Executor": "executor",
+    "generate_pretraining_examples": "executor",
+    "make_dataset": "features",
+    "read_pretraining_config": "features",
+    "DEFAULT_CONFIG": "features",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
+    return getattr(module, name)

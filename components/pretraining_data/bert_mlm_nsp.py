@@ -1,0 +1,353 @@
+"""BERT pretraining instances: masked LM + next-sentence prediction.
+
+Follows Devlin et al. 2019, "BERT" §3.1 (Task #1 masked LM, Task #2 NSP) and Appendix A.2
+(pretraining procedure), and the data recipe of google-research/bert
+``create_pretraining_data.py`` (re-implemented here from its description, on token ids):
+
+* Instances per document (App. A.2): segments (sentences) are accumulated until they reach a
+  target length (``max_seq_length - 3``; with probability ``short_seq_prob`` a random length in
+  ``[2, max_seq_length - 3]`` so the model also sees short inputs), the chunk is split at a
+  random segment boundary into A and B, and B is replaced by text from a random *other*
+  document 50% of the time (label 1 = "NotNext"); segments of the chunk not used then go back
+  to be read again. The pair is truncated one token at a time from the longer side, at the
+  front or back at random, to ``max_seq_length - 3`` tokens, and laid out as
+  ``[CLS] A [SEP] B [SEP]`` with segment ids 0 for ``[CLS] A [SEP]`` and 1 for ``B [SEP]``.
+* Masked LM (§3.1, App. C.2): ``round(n * masked_lm_prob)`` (at least 1, at most
+  ``max_predictions_per_seq``) of the ``n`` tokens other than [CLS]/[SEP] are chosen; each
+  chosen token becomes [MASK] 80% of the time, a random non-special token 10%, and stays
+  unchanged 10%. Positions are reported in increasing order. With ``whole_word_masking``
+  all WordPiece pieces of a word (a piece and the ``##`` pieces that follow it) are chosen
+  together and share one 80/10/10 decision.
+
+Adaptations, and why:
+
+* Scale-out. The reference keeps every document of the corpus in memory and draws the random
+  next segment from the whole corpus. Here the Beam pipeline hashes documents into shards
+  (see ``executor.py``); one shard (about ``documents_per_shard`` documents) is processed at a
+  time, its documents sorted by content hash so the result does not depend on Beam's element
+  order, and the random other document is drawn from the same shard. Each (seed, split, shard,
+  dupe round) gets its own RNG (:func:`seeded_rng`), so output is a function of the seed.
+* ``n`` excludes [CLS]/[SEP] (the reference counts them), so exactly ``masked_lm_prob`` of the
+  maskable tokens are predicted, as §3.1 describes ("15% of all WordPiece tokens").
+* NSP balance. The reference always picks a random next segment when the chunk is a single
+  segment, which pushes "NotNext" above the 50% of §3.1 on corpora with long sentences or
+  short paragraphs. By default the coin is thrown first and a single-segment chunk that
+  must be "IsNext" is split inside the segment (BERT's "sentences" are arbitrary spans of
+  contiguous text, §3). ``reference_nsp_sampling=True`` restores the reference behaviour.
+* Whole-word groups only join *adjacent* pieces (a ``##`` piece right after [SEP] does not
+  join the last word of segment A).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import random
+import re
+from typing import Iterable, NamedTuple, Sequence
+
+import tensorflow as tf
+
+NOT_NEXT = 1  # next_sentence_labels: 0 = IsNext (B follows A), 1 = random next
+IS_NEXT = 0
+_RESERVED_TOKEN = re.compile(r"^\[[A-Za-z0-9_]+\]$")  # [PAD], [unused12], ...
+
+
+@dataclasses.dataclass(frozen=True)
+class BertVocabulary:
+    """The ids masking needs: specials, ``##`` continuation pieces, random-replacement pool."""
+
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    pad_id: int
+    size: int
+    continuation_ids: frozenset
+    replacement_ids: tuple  # every id that is not a special/reserved token
+
+    @classmethod
+    def from_tokens(cls, tokens: Sequence[str], special_tokens: dict) -> "BertVocabulary":
+        """``tokens`` is the id-ordered vocabulary; ``special_tokens`` maps role -> token."""
+        index = {token: i for i, token in enumerate(tokens)}
+        for role in ("cls", "sep", "mask", "pad"):
+            if special_tokens.get(role) not in index:
+                raise ValueError(f"bert_mlm_nsp needs a {role!r} special token in the vocabulary")
+        special_ids = {index[t] for t in special_tokens.values() if t in index}
+        replacement_ids = tuple(i for i, t in enumerate(tokens)
+                                if i not in special_ids and not _RESERVED_TOKEN.match(t))
+        return cls(cls_id=index[special_tokens["cls"]], sep_id=index[special_tokens["sep"]],
+                   mask_id=index[special_tokens["mask"]], pad_id=index[special_tokens["pad"]],
+                   size=len(tokens),
+                   continuation_ids=frozenset(i for i, t in enumerate(tokens) if t.startswith("##")),
+                   replacement_ids=replacement_ids)
+
+
+class TrainingInstance(NamedTuple):
+    """One ``[CLS] A [SEP] B [SEP]`` sequence before masking."""
+
+    tokens: list
+    segment_ids: list
+    is_random_next: bool
+
+
+class MaskedLmPredictions(NamedTuple):
+    output_tokens: list  # tokens after [MASK]/random/keep replacement
+    positions: list      # increasing positions of the chosen tokens
+    labels: list         # original ids at those positions
+    replacements: dict   # counts: {"mask": .., "random": .., "kept": ..}
+    capped: bool         # True when max_predictions_per_seq limited the count
+
+
+def seeded_rng(*scope) -> random.Random:
+    """A ``random.Random`` seeded from ``scope`` (e.g. seed, split, shard, dupe round).
+
+    Uses SHA-256, not ``hash()``, so the seed is the same in every process and Python run.
+    """
+    digest = hashlib.sha256("/".join(str(part) for part in scope).encode("utf-8")).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+# --------------------------------------------------------------------------- instances
+
+
+def create_instances_from_document(documents: Sequence[Sequence[Sequence[int]]],
+                                   document_index: int, max_seq_length: int,
+                                   short_seq_prob: float, rng: random.Random, cls_id: int,
+                                   sep_id: int, reference_nsp_sampling: bool = False) -> list:
+    """Sentence-pair instances of ``documents[document_index]`` (BERT App. A.2).
+
+    ``documents`` is the list of documents available for random-next sampling (one shard),
+    each a list of segments (token-id sequences).
+    """
+    document = documents[document_index]
+    max_num_tokens = max_seq_length - 3
+    target_length = max_num_tokens
+    if rng.random() < short_seq_prob:
+        target_length = rng.randint(2, max_num_tokens)
+    instances, chunk, chunk_length, i = [], [], 0, 0
+    while i < len(document):
+        chunk.append(document[i])
+        chunk_length += len(document[i])
+        if i == len(document) - 1 or chunk_length >= target_length:
+            pair, unused_segments = _make_pair(chunk, documents, document_index, target_length,
+                                               rng, reference_nsp_sampling)
+            i -= unused_segments
+            if pair is not None:
+                instances.append(_layout_pair(*pair, max_num_tokens, rng, cls_id, sep_id))
+            chunk, chunk_length = [], 0
+        i += 1
+    return instances
+
+
+def _make_pair(chunk, documents, document_index, target_length, rng, reference_nsp_sampling):
+    """Splits a chunk into (A, B, is_random_next); returns the count of unused segments."""
+    has_other_document = len(documents) > 1
+    wants_random_next = rng.random() < 0.5
+    if len(chunk) == 1 and reference_nsp_sampling:
+        wants_random_next = True
+    if wants_random_next and has_other_document:
+        a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+        tokens_a = _concat(chunk[:a_end])
+        tokens_b = _random_next_tokens(documents, document_index,
+                                       target_length - len(tokens_a), rng)
+        return (tokens_a, tokens_b, True), len(chunk) - a_end
+    if len(chunk) >= 2:
+        a_end = rng.randint(1, len(chunk) - 1)
+        return (_concat(chunk[:a_end]), _concat(chunk[a_end:]), False), 0
+    segment = list(chunk[0])
+    if len(segment) >= 2:  # one segment: split inside it so B still follows A
+        cut = rng.randint(1, len(segment) - 1)
+        return (segment[:cut], segment[cut:], False), 0
+    return None, 0  # a one-token document with no other document to pair with
+
+
+def _concat(segments) -> list:
+    tokens = []
+    for segment in segments:
+        tokens.extend(segment)
+    return tokens
+
+
+def _random_next_tokens(documents, document_index, target_b_length, rng) -> list:
+    """Text from a random start segment of a random *other* document (BERT §3.1 Task #2)."""
+    other_index = rng.randrange(len(documents) - 1)
+    if other_index >= document_index:
+        other_index += 1
+    other = documents[other_index]
+    tokens_b = []
+    for segment in other[rng.randrange(len(other)):]:
+        tokens_b.extend(segment)
+        if len(tokens_b) >= target_b_length:
+            break
+    return tokens_b
+
+
+def _layout_pair(tokens_a, tokens_b, is_random_next, max_num_tokens, rng, cls_id,
+                 sep_id) -> TrainingInstance:
+    truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+    tokens = [cls_id] + tokens_a + [sep_id] + tokens_b + [sep_id]
+    segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
+    return TrainingInstance(tokens, segment_ids, is_random_next)
+
+
+def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int,
+                      rng: random.Random) -> None:
+    """Trims the longer of A/B, one token at a time from a random end, in place (App. A.2)."""
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del longer[0]
+        else:
+            longer.pop()
+
+
+# --------------------------------------------------------------------------- masking
+
+
+def create_masked_lm_predictions(tokens: Sequence[int], vocab: BertVocabulary,
+                                 masked_lm_prob: float, max_predictions_per_seq: int,
+                                 whole_word_masking: bool, rng: random.Random,
+                                 mask_token_rate: float = 0.8,
+                                 random_token_rate: float = 0.1) -> MaskedLmPredictions:
+    """Chooses and replaces the masked-LM targets of one sequence (BERT §3.1 Task #1)."""
+    groups = _candidate_groups(tokens, vocab, whole_word_masking)
+    rng.shuffle(groups)
+    num_candidates = sum(len(group) for group in groups)
+    wanted = max(1, int(round(num_candidates * masked_lm_prob)))
+    num_to_predict = min(max_predictions_per_seq, wanted)
+    output_tokens, chosen = list(tokens), []
+    replacements = {"mask": 0, "random": 0, "kept": 0}
+    for group in groups:
+        if len(chosen) >= num_to_predict:
+            break
+        if len(chosen) + len(group) > num_to_predict:
+            continue  # a whole word that does not fit; try a shorter one
+        kind = _replacement_kind(rng, mask_token_rate, random_token_rate)
+        replacements[kind] += len(group)
+        for position in group:
+            output_tokens[position] = _replacement_id(kind, tokens[position], vocab, rng)
+            chosen.append(position)
+    positions = sorted(chosen)
+    return MaskedLmPredictions(output_tokens, positions, [tokens[p] for p in positions],
+                               replacements, wanted > max_predictions_per_seq)
+
+
+def _candidate_groups(tokens, vocab: BertVocabulary, whole_word_masking: bool) -> list:
+    """Positions that may be masked, grouped into words when ``whole_word_masking``."""
+    groups = []
+    for position, token in enumerate(tokens):
+        if token in (vocab.cls_id, vocab.sep_id):
+            continue
+        joins_previous = (whole_word_masking and token in vocab.continuation_ids
+                          and groups and groups[-1][-1] == position - 1)
+        if joins_previous:
+            groups[-1].append(position)
+        else:
+            groups.append([position])
+    return groups
+
+
+def _replacement_kind(rng, mask_token_rate, random_token_rate) -> str:
+    draw = rng.random()
+    if draw < mask_token_rate:
+        return "mask"
+    if draw < mask_token_rate + random_token_rate:
+        return "random"
+    return "kept"
+
+
+def _replacement_id(kind, original, vocab: BertVocabulary, rng) -> int:
+    if kind == "mask":
+        return vocab.mask_id
+    if kind == "random":
+        return vocab.replacement_ids[rng.randrange(len(vocab.replacement_ids))]
+    return original
+
+
+# --------------------------------------------------------------------------- records
+
+
+def _int_feature(values) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+
+def _padded(values, length, pad=0) -> list:
+    return list(values) + [pad] * (length - len(values))
+
+
+def to_tf_example(tokens, segment_ids, is_random_next: bool, max_seq_length: int,
+                  masked: MaskedLmPredictions | None, max_predictions_per_seq: int
+                  ) -> tf.train.Example:
+    """The google-research/bert feature layout (CONTRACTS §3); no ``masked_lm_*`` when
+    ``masked`` is None (dynamic masking)."""
+    input_ids = masked.output_tokens if masked is not None else tokens
+    features = {
+        "input_ids": _int_feature(_padded(input_ids, max_seq_length)),
+        "input_mask": _int_feature(_padded([1] * len(tokens), max_seq_length)),
+        "segment_ids": _int_feature(_padded(segment_ids, max_seq_length)),
+        "next_sentence_labels": _int_feature([NOT_NEXT if is_random_next else IS_NEXT]),
+    }
+    if masked is not None:
+        count = len(masked.positions)
+        features["masked_lm_positions"] = _int_feature(
+            _padded(masked.positions, max_predictions_per_seq))
+        features["masked_lm_ids"] = _int_feature(_padded(masked.labels, max_predictions_per_seq))
+        features["masked_lm_weights"] = tf.train.Feature(float_list=tf.train.FloatList(
+            value=_padded([1.0] * count, max_predictions_per_seq, 0.0)))
+    return tf.train.Example(features=tf.train.Features(feature=features))
+
+
+# --------------------------------------------------------------------------- one shard
+
+
+def shard_examples(documents: Sequence, vocab: BertVocabulary, config: dict,
+                   seed_scope: Iterable) -> tuple:
+    """All serialized examples of one shard, shuffled, and their counts.
+
+    ``documents`` must already be in a canonical order (sorted by content hash). Each dupe
+    round re-creates instances with its own RNG (different segmentations, NSP pairs and
+    masks, like ``dupe_factor`` in the reference).
+    """
+    seed_scope = tuple(seed_scope)
+    stats = _empty_stats()
+    serialized = []
+    for dupe_round in range(int(config["dupe_factor"])):
+        rng = seeded_rng(*seed_scope, "dupe", dupe_round)
+        for document_index in range(len(documents)):
+            for instance in create_instances_from_document(
+                    documents, document_index, int(config["max_seq_length"]),
+                    config["short_seq_prob"], rng, vocab.cls_id, vocab.sep_id,
+                    config["reference_nsp_sampling"]):
+                serialized.append(_instance_record(instance, vocab, config, rng, stats))
+    seeded_rng(*seed_scope, "shuffle").shuffle(serialized)
+    return serialized, stats
+
+
+def _instance_record(instance: TrainingInstance, vocab, config, rng, stats) -> bytes:
+    masked = None
+    if not config["dynamic_masking"]:
+        masked = create_masked_lm_predictions(
+            instance.tokens, vocab, config["masked_lm_prob"],
+            int(config["max_predictions_per_seq"]), config["whole_word_masking"], rng,
+            config["mask_token_rate"], config["random_token_rate"])
+        _count_masking(stats, masked)
+    stats["instances"] += 1
+    stats["random_next"] += int(instance.is_random_next)
+    stats["tokens"] += len(instance.tokens) - 3
+    example = to_tf_example(instance.tokens, instance.segment_ids, instance.is_random_next,
+                            int(config["max_seq_length"]), masked,
+                            int(config["max_predictions_per_seq"]))
+    return example.SerializeToString()
+
+
+def _empty_stats() -> dict:
+    return {"instances": 0, "random_next": 0, "tokens": 0, "masked_lm_predictions": 0,
+            "masked_lm_mask": 0, "masked_lm_random": 0, "masked_lm_kept": 0,
+            "capped_instances": 0}
+
+
+def _count_masking(stats: dict, masked: MaskedLmPredictions) -> None:
+    stats["masked_lm_predictions"] += len(masked.positions)
+    for kind, count in masked.replacements.items():
+        stats[f"masked_lm_{kind}"] += count
+    stats["capped_instances"] += int(masked.capped)

@@ -1,0 +1,1 @@
+"""Trainer run_fn, distribution strategy, optimiser and SavedModel export."""

@@ -1,0 +1,216 @@
+"""The TFX Trainer ``run_fn`` for every architecture and stage.
+
+One entry point, two stages told apart by the input ``Examples``:
+
+* pretraining records (their artifact holds ``pretraining_config.json``, CONTRACTS §3): train
+  the architecture's language-model objective (BERT MLM+NSP, GPT-2 next-token). With a
+  ``base_model`` this is continued LM training (GPT-2 fine-tuning on a target corpus).
+* raw task records (CONTRACTS §1): fine-tune a classifier warm-started from ``base_model``.
+
+Use it as ``tfx.components.Trainer(run_fn="lmfactory.components.trainer.run_fn.run_fn",
+custom_config=..., base_model=...)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+
+import keras
+import tensorflow as tf
+
+from lmfactory import models
+from lmfactory.components.pretraining_data import features as pretraining_features
+from lmfactory.components.trainer import export
+from lmfactory.components.trainer import task_data
+from lmfactory.components.trainer.config import TrainerConfig
+from lmfactory.components.trainer.optimization import make_optimizer
+from lmfactory.components.trainer.strategy import make_strategy
+from lmfactory.models.classifier_preprocessor import ClassifierPreprocessor
+from lmfactory.models.tokenizers import load_tokenizer
+
+KERAS_DIR = "keras"
+MODEL_CONFIG = "model_config.json"
+BACKBONE_WEIGHTS = "backbone.weights.h5"
+VOCABULARY_DIR = "vocabulary"
+PRETRAINING_CONFIG = "pretraining_config.json"
+
+
+def examples_uri_of(file_pattern: str) -> str:
+    """``<uri>/Split-train/*`` -> ``<uri>``."""
+    return os.path.dirname(os.path.dirname(file_pattern.rstrip("/")))
+
+
+def keras_dir_of(model_path: str) -> str:
+    """Accepts a Model artifact uri or its ``Format-Serving`` folder (what TFX passes)."""
+    model_path = model_path.rstrip("/")
+    if os.path.basename(model_path) == "Format-Serving":
+        model_path = os.path.dirname(model_path)
+    return os.path.join(model_path, KERAS_DIR)
+
+
+def run_fn(fn_args) -> None:
+    config = TrainerConfig.from_dict(fn_args.custom_config or {})
+    keras.utils.set_random_seed(config.seed)
+    examples_uri = examples_uri_of(fn_args.train_files[0])
+    strategy = make_strategy(config.strategy, config.tpu)
+    if tf.io.gfile.exists(os.path.join(examples_uri, PRETRAINING_CONFIG)):
+        trained = _train_language_model(fn_args, config, examples_uri, strategy)
+    else:
+        trained = _train_classifier(fn_args, config, strategy)
+    _write_outputs(fn_args, config, **trained)
+
+
+def _train_language_model(fn_args, config, examples_uri, strategy) -> dict:
+    data_config = pretraining_features.read_pretraining_config(examples_uri)
+    vocab_dir = os.path.join(examples_uri, VOCABULARY_DIR)
+    architecture = models.get(config.architecture)
+    if data_config["objective"] not in architecture.objectives:
+        raise ValueError(
+            f"Examples were made for objective {data_config['objective']!r} but architecture "
+            f"{config.architecture!r} trains {architecture.objectives}")
+    vocabulary_size = load_tokenizer(vocab_dir).vocabulary_size()
+    with strategy.scope():
+        backbone = _backbone(config, vocabulary_size, fn_args.base_model)
+        task_cls = (architecture.pretrainer_cls if data_config["objective"] == "bert_mlm_nsp"
+                    else architecture.causal_lm_cls)
+        task_model = task_cls(backbone)
+        task_model.compile(optimizer=make_optimizer(
+            config.learning_rate, fn_args.train_steps, config.warmup_fraction,
+            config.weight_decay, config.clip_norm), jit_compile=config.jit_compile)
+    batch = dict(batch_size=config.batch_size, seed=config.seed)
+    train_data = pretraining_features.make_dataset(
+        fn_args.train_files[0], data_config, shuffle=True, repeat=True, **batch)
+    eval_data = pretraining_features.make_dataset(
+        fn_args.eval_files[0], data_config, shuffle=False, repeat=True, **batch)
+    metrics = _fit(task_model, train_data, eval_data, fn_args, config)
+    return dict(task_model=task_model, backbone=backbone, vocab_dir=vocab_dir, metrics=metrics,
+                task={"kind": "language_model", "objective": data_config["objective"]})
+
+
+def _train_classifier(fn_args, config, strategy) -> dict:
+    if not fn_args.base_model:
+        raise ValueError("Fine-tuning a classifier needs a base_model (the pretrained Model).")
+    task = config.task
+    vocab_dir = os.path.join(keras_dir_of(fn_args.base_model), VOCABULARY_DIR)
+    tokenizer = load_tokenizer(vocab_dir)
+    preprocessor = ClassifierPreprocessor(tokenizer, sequence_length=task["sequence_length"])
+    architecture = models.get(config.architecture)
+    if architecture.classifier_cls is None:
+        raise ValueError(f"Architecture {config.architecture!r} has no classifier head")
+    with strategy.scope():
+        backbone = _backbone(config, tokenizer.vocabulary_size(), fn_args.base_model)
+        task_model = architecture.classifier_cls(backbone, num_classes=task["num_classes"])
+        task_model.compile(
+            optimizer=make_optimizer(config.learning_rate, fn_args.train_steps,
+                                     config.warmup_fraction, config.weight_decay,
+                                     config.clip_norm),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+            jit_compile=config.jit_compile)
+    read = dict(preprocessor=preprocessor, text_features=task["text_features"],
+                batch_size=config.batch_size, seed=config.seed)
+    train_data = task_data.make_classification_dataset(
+        fn_args.train_files[0], shuffle=True, repeat=True, **read)
+    eval_data = task_data.make_classification_dataset(
+        fn_args.eval_files[0], shuffle=False, repeat=True, **read)
+    metrics = _fit(task_model, train_data, eval_data, fn_args, config)
+    return dict(task_model=task_model, backbone=backbone, vocab_dir=vocab_dir, metrics=metrics,
+                task=dict(task), preprocessor=preprocessor)
+
+
+def _backbone(config, vocabulary_size: int, base_model: str | None):
+    """Builds the backbone; warm-starts it from ``base_model`` when one is given."""
+    if base_model:
+        keras_dir = keras_dir_of(base_model)
+        with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG)) as f:
+            base_config = json.load(f)
+        if base_config["architecture"] != config.architecture:
+            raise ValueError(f"base_model is a {base_config['architecture']!r} model, the recipe "
+                             f"trains {config.architecture!r}")
+        backbone = models.build(base_config["architecture"], base_config["preset"],
+                                **base_config["backbone_overrides"])
+        backbone.load_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
+        logging.info("Warm-started %s backbone from %s", config.architecture, keras_dir)
+        return backbone
+    return models.build(config.architecture, config.preset, **_backbone_overrides(
+        config, vocabulary_size))
+
+
+def _backbone_overrides(config, vocabulary_size: int) -> dict:
+    return {**config.overrides, "vocabulary_size": vocabulary_size}
+
+
+def _checkpoint_dir(fn_args, config) -> str:
+    """A folder that survives a killed run, so the re-run resumes from the last checkpoint.
+
+    TFX gives each execution fresh output folders; the backup lives beside them, keyed by the
+    training inputs and settings, so only a re-run of the same training resumes from it.
+    """
+    if config.checkpoint_dir:
+        return config.checkpoint_dir
+    key = json.dumps({"train": fn_args.train_files, "base": fn_args.base_model,
+                      "steps": fn_args.train_steps, "config": fn_args.custom_config},
+                     sort_keys=True, default=str)
+    component_dir = os.path.dirname(os.path.dirname(fn_args.model_run_dir.rstrip("/")))
+    return os.path.join(component_dir, "backup", hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+def _fit(task_model, train_data, eval_data, fn_args, config) -> dict:
+    steps_per_epoch = max(1, min(config.steps_per_checkpoint, fn_args.train_steps))
+    epochs = math.ceil(fn_args.train_steps / steps_per_epoch)
+    callbacks = [
+        keras.callbacks.BackupAndRestore(_checkpoint_dir(fn_args, config)),
+        keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
+    ]
+    logging.info("Training %d steps (%d checkpoints of %d steps), global batch %d",
+                 epochs * steps_per_epoch, epochs, steps_per_epoch, config.batch_size)
+    task_model.fit(train_data, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                   callbacks=callbacks, verbose=2)
+    eval_steps = max(1, fn_args.eval_steps or 1)
+    metrics = task_model.evaluate(eval_data, steps=eval_steps, return_dict=True, verbose=0)
+    metrics = {name: float(value) for name, value in metrics.items()}
+    logging.info("Evaluation after training: %s", metrics)
+    return metrics
+
+
+def _write_outputs(fn_args, config, task_model, backbone, vocab_dir, metrics, task,
+                   preprocessor=None) -> None:
+    """Writes the Model artifact: Format-Serving SavedModel + keras/ folder (CONTRACTS §4)."""
+    keras_dir = keras_dir_of(fn_args.serving_model_dir)
+    tf.io.gfile.makedirs(keras_dir)
+    backbone.save_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
+    task_model.save(os.path.join(keras_dir, "model.keras"))
+    _copy_dir(vocab_dir, os.path.join(keras_dir, VOCABULARY_DIR))
+    model_config = {
+        "architecture": config.architecture,
+        "preset": config.preset,
+        "backbone_overrides": _backbone_overrides(config, backbone_vocabulary_size(backbone)),
+        "task": task,
+        "train_metrics": metrics,
+        "generation": config.generation,
+    }
+    with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG), "w") as f:
+        json.dump(model_config, f, indent=2, sort_keys=True)
+    with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2, sort_keys=True)
+    export.export_serving_model(task_model, vocab_dir, model_config, fn_args.serving_model_dir,
+                                preprocessor=preprocessor)
+
+
+def backbone_vocabulary_size(backbone) -> int:
+    return int(backbone.get_config()["vocabulary_size"])
+
+
+def _copy_dir(source: str, destination: str) -> None:
+    if tf.io.gfile.exists(destination):
+        tf.io.gfile.rmtree(destination)
+    tf.io.gfile.makedirs(destination)
+    for name in tf.io.gfile.listdir(source):
+        tf.io.gfile.copy(os.path.join(source, name), os.path.join(destination, name))
+
+
+__all__ = ["run_fn", "examples_uri_of", "keras_dir_of"]

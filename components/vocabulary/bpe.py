@@ -1,0 +1,274 @@
+"""Byte-level byte-pair encoding (BPE): pre-tokenization, merge learning and file writing.
+
+BPE (Sennrich et al. 2016, "Neural Machine Translation of Rare Words with Subword Units")
+starts from single symbols and repeatedly merges the most frequent adjacent pair. GPT-2
+(Radford et al. 2019, "Language Models are Unsupervised Multitask Learners", §2.2) runs it on
+UTF-8 *bytes*, each byte shown as a printable unicode character, so every string can be
+encoded without an unknown token, and first splits text with a regex so merges never cross
+letter / digit / punctuation / whitespace boundaries.
+
+The files written here (``vocab.json``, ``merges.txt``) are read by
+``keras_nlp.tokenizers.BytePairTokenizer`` through :func:`lmfactory.models.tokenizers.load_tokenizer`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import os
+import time
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+import regex
+
+END_OF_TEXT = "<|endoftext|>"
+MERGES_HEADER = "#version: 0.2"
+VOCABULARY_FILE = "vocab.json"
+MERGES_FILE = "merges.txt"
+
+
+def gpt2_byte_alphabet() -> list[tuple[int, str]]:
+    """GPT-2's (byte, printable character) table, in GPT-2's base-vocabulary order.
+
+    Printable Latin-1 bytes stand for themselves; the other 68 bytes (controls, space, ...)
+    are shifted to code points 256 and up, so no token ever holds whitespace or a control
+    character. The printable bytes come first, then the shifted ones.
+    """
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    shifted = [byte for byte in range(256) if byte not in printable]
+    return ([(byte, chr(byte)) for byte in printable]
+            + [(byte, chr(256 + index)) for index, byte in enumerate(shifted)])
+
+
+BYTE_SYMBOLS = [symbol for _, symbol in gpt2_byte_alphabet()]
+BYTE_TO_SYMBOL = dict(gpt2_byte_alphabet())
+
+
+def bytes_to_symbols(text: str) -> str:
+    """Spells ``text``'s UTF-8 bytes in GPT-2's byte alphabet (one character a byte)."""
+    return "".join(BYTE_TO_SYMBOL[b] for b in text.encode("utf-8"))
+
+
+# --- Pre-tokenization --------------------------------------------------------------------
+# GPT-2's split regex is  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+# keras-hub's BytePairTokenizer runs it in RE2, which has no look-ahead, so it emulates
+# `\s+(?!\S)` in three steps: put a marker before every space that starts a word, split with
+# a look-ahead-free pattern, then split the last whitespace character (or marker) off each
+# piece. RE2's `\s` is ASCII only, and four non-ASCII spaces are listed by hand. Words must be
+# split here exactly as at tokenize time, so the same steps are run with the `regex` package.
+_MARKER = "\u0966"  # the marker keras-hub uses ("६"); dropped from the output
+_RE2_SPACE = "\t\n\f\r "
+_EXTRA_SPACES = "\u00a0\u2009\u202f\u3000"
+_MARK_WORD_START = regex.compile(f"( )([^{_RE2_SPACE}{_EXTRA_SPACES}])")
+_MARK_TRAILING = regex.compile(f"([{_RE2_SPACE}]{_EXTRA_SPACES})$")
+_WORD = regex.compile(
+    r"'s|'t|'re|'ve|'m|'ll|'d"
+    f"|[{_RE2_SPACE}{_EXTRA_SPACES}]+[\n\r\t\f{_MARKER}{_EXTRA_SPACES}]"
+    r"| ?\p{L}+| ?\p{N}+"
+    f"| ?[^{_RE2_SPACE}\\p{{L}}\\p{{N}}{_EXTRA_SPACES}]+")
+_LAST_SPACE = regex.compile(f"[ \t\r\f\v{_MARKER}{_EXTRA_SPACES}]$")
+
+
+def _split_keeping_matches(text: str, pattern: regex.Pattern) -> list[str]:
+    """Cuts ``text`` at every match of ``pattern``; matches and the gaps between are kept."""
+    pieces, position = [], 0
+    for match in pattern.finditer(text):
+        if match.start() > position:
+            pieces.append(text[position:match.start()])
+        if match.end() > match.start():
+            pieces.append(match.group())
+        position = match.end()
+    if position < len(text):
+        pieces.append(text[position:])
+    return pieces
+
+
+def _split_chunk(chunk: str) -> list[str]:
+    marked = _MARK_WORD_START.sub(_MARKER + r"\1\2", chunk)
+    marked = _MARK_TRAILING.sub(r"\1" + _MARKER, marked)
+    words = []
+    for piece in _split_keeping_matches(marked, _WORD):
+        words.extend(_split_keeping_matches(piece, _LAST_SPACE))
+    return [word for word in words if word != _MARKER]
+
+
+def split_words(text: str, special_tokens: Sequence[str] = (END_OF_TEXT,)) -> list[str]:
+    """Splits ``text`` into GPT-2 pre-tokens, as ``keras_nlp.tokenizers.BytePairTokenizer`` does.
+
+    Special tokens are cut out first (and dropped: they are whole tokens, never merged);
+    the text around them is split on its own. Joining the result gives back ``text`` less
+    the special tokens.
+    """
+    chunks = [text]
+    for token in special_tokens:
+        chunks = [part for chunk in chunks for part in chunk.split(token)]
+    return [word for chunk in chunks if chunk for word in _split_chunk(chunk)]
+
+
+def pretokenize_lines(lines: Iterable[str]) -> list[str]:
+    """Words of all ``lines`` in GPT-2's byte alphabet, ready to be counted."""
+    return [bytes_to_symbols(word) for line in lines for word in split_words(line)]
+
+
+# --- Merge learning ----------------------------------------------------------------------
+class _PairStatistics:
+    """Pair counts over a weighted word list, kept up to date as merges rewrite words.
+
+    ``counts[pair]`` is the number of times the pair of symbol ids occurs (weighted by word
+    frequency); ``words_with[pair]`` the indices of words that may hold it (entries can be
+    stale, checked when used); ``heap`` a max-heap of (count, pair) with lazy deletion.
+    """
+
+    def __init__(self, words: list[list[int]], frequencies: list[int], spellings: list[str]):
+        self.words, self.frequencies, self.spellings = words, frequencies, spellings
+        self.counts: dict[tuple[int, int], int] = defaultdict(int)
+        self.words_with: dict[tuple[int, int], set[int]] = defaultdict(set)
+        for index, word in enumerate(words):
+            for pair in zip(word, word[1:]):
+                self.counts[pair] += frequencies[index]
+                self.words_with[pair].add(index)
+        self.heap = [self._heap_entry(pair) for pair in self.counts]
+        heapq.heapify(self.heap)
+
+    def _heap_entry(self, pair):
+        # Ties broken by the pair's spelling, so the result does not depend on input order.
+        return (-self.counts[pair], self.spellings[pair[0]], self.spellings[pair[1]], pair)
+
+    def most_frequent(self) -> tuple[tuple[int, int], int] | None:
+        """The most frequent pair and its count, or None when no pair is left."""
+        while self.heap:
+            negative_count, _, _, pair = self.heap[0]
+            if self.counts.get(pair, 0) == -negative_count and negative_count < 0:
+                return pair, -negative_count
+            heapq.heappop(self.heap)
+        return None
+
+    def merge(self, pair: tuple[int, int], new_symbol: int) -> None:
+        """Rewrites every word holding ``pair`` with ``new_symbol`` and updates the counts."""
+        changed = set()
+        for index in self.words_with.pop(pair, ()):
+            old = self.words[index]
+            new = _merge_in_word(old, pair, new_symbol)
+            if len(new) == len(old):
+                continue  # stale entry: an earlier merge already consumed the pair here
+            frequency = self.frequencies[index]
+            for old_pair in zip(old, old[1:]):
+                self.counts[old_pair] -= frequency
+                changed.add(old_pair)
+            for new_pair in zip(new, new[1:]):
+                self.counts[new_pair] += frequency
+                self.words_with[new_pair].add(index)
+                changed.add(new_pair)
+            self.words[index] = new
+        self.counts.pop(pair, None)
+        for changed_pair in changed:
+            if self.counts.get(changed_pair, 0) > 0:
+                heapq.heappush(self.heap, self._heap_entry(changed_pair))
+            else:
+                self.counts.pop(changed_pair, None)
+
+
+def _merge_in_word(symbols: list[int], pair: tuple[int, int], new_symbol: int) -> list[int]:
+    """Replaces each non-overlapping occurrence of ``pair``, left to right (as GPT-2 encodes)."""
+    first, second = pair
+    merged, position, end = [], 0, len(symbols)
+    while position < end:
+        if position + 1 < end and symbols[position] == first and symbols[position + 1] == second:
+            merged.append(new_symbol)
+            position += 2
+        else:
+            merged.append(symbols[position])
+            position += 1
+    return merged
+
+
+def learn_merges(word_counts: Iterable[tuple[str, int]], vocab_size: int,
+                 min_frequency: int = 2) -> tuple[list[str], list[tuple[str, str]]]:
+    """Learns byte-level BPE merges (Sennrich et al. 2016; GPT-2, Radford et al. 2019).
+
+    Args:
+      word_counts: (word, count) pairs; words spelled in GPT-2's byte alphabet
+        (see :func:`pretokenize_lines`).
+      vocab_size: target size of the whole vocabulary: the 256 byte symbols, one token per
+        new merged symbol, and ``<|endoftext|>``.
+      min_frequency: merging stops when the most frequent pair occurs fewer times.
+
+    Returns:
+      ``(tokens, merges)``: the tokens in id order (bytes first, then merged symbols in merge
+      order, ``<|endoftext|>`` last) and the merges as (left, right) spellings in rank order.
+
+    Counts are kept incrementally: each merge only revisits the words that hold the pair
+    (an index from pair to words) and a heap with lazy deletion picks the next pair, so the
+    cost is about the number of symbol positions rewritten, not vocab_size x corpus.
+    """
+    if vocab_size < len(BYTE_SYMBOLS) + 1:
+        raise ValueError(f"vocab_size must be at least {len(BYTE_SYMBOLS) + 1} for byte-level "
+                         f"BPE (256 bytes + {END_OF_TEXT}), got {vocab_size}")
+    spellings = list(BYTE_SYMBOLS)
+    symbol_ids = {symbol: index for index, symbol in enumerate(spellings)}
+    words, frequencies = [], []
+    for word, count in word_counts:
+        words.append([symbol_ids[symbol] for symbol in word])
+        frequencies.append(int(count))
+    statistics = _PairStatistics(words, frequencies, spellings)
+    merges = []
+    started = time.perf_counter()
+    while len(spellings) < vocab_size - 1:
+        best = statistics.most_frequent()
+        if best is None or best[1] < min_frequency:
+            break
+        (left, right), _ = best
+        merged_spelling = spellings[left] + spellings[right]
+        if merged_spelling not in symbol_ids:  # two pairs can spell the same symbol
+            symbol_ids[merged_spelling] = len(spellings)
+            spellings.append(merged_spelling)
+        statistics.merge((left, right), symbol_ids[merged_spelling])
+        merges.append((spellings[left], spellings[right]))
+    logging.info("BPE: %d merges over %d distinct words in %.2fs", len(merges), len(words),
+                 time.perf_counter() - started)
+    return spellings + [END_OF_TEXT], merges
+
+
+# --- Applying merges (reference encoder) and writing files --------------------------------
+def encode_word(word: str, merge_ranks: dict[tuple[str, str], int]) -> list[str]:
+    """Splits one pre-token (raw text) into BPE tokens the way GPT-2's encoder does.
+
+    Repeatedly merges the adjacent pair with the lowest merge rank until none is left.
+    A plain-Python reference for checking what the keras-nlp tokenizer produces.
+    """
+    symbols = list(bytes_to_symbols(word))
+    while len(symbols) > 1:
+        pairs = set(zip(symbols, symbols[1:]))
+        best = min(pairs, key=lambda pair: merge_ranks.get(pair, float("inf")))
+        if best not in merge_ranks:
+            break
+        merged, position = [], 0
+        while position < len(symbols):
+            if position + 1 < len(symbols) and (symbols[position], symbols[position + 1]) == best:
+                merged.append(symbols[position] + symbols[position + 1])
+                position += 2
+            else:
+                merged.append(symbols[position])
+                position += 1
+        symbols = merged
+    return symbols
+
+
+def tokenizer_config() -> dict:
+    """The ``tokenizer.json`` content for a byte-level BPE folder (CONTRACTS §2)."""
+    return {"kind": "bpe", "vocabulary_file": VOCABULARY_FILE, "merges_file": MERGES_FILE,
+            "special_tokens": {"end_of_text": END_OF_TEXT, "pad": END_OF_TEXT}}
+
+
+def write_files(output_dir: str, tokens: list[str], merges: list[tuple[str, str]]) -> None:
+    """Writes ``vocab.json`` (token -> id) and ``merges.txt`` (GPT-2's format)."""
+    import tensorflow as tf
+
+    tf.io.gfile.makedirs(output_dir)
+    with tf.io.gfile.GFile(os.path.join(output_dir, VOCABULARY_FILE), "w") as f:
+        json.dump({token: index for index, token in enumerate(tokens)}, f, ensure_ascii=False)
+    with tf.io.gfile.GFile(os.path.join(output_dir, MERGES_FILE), "w") as f:
+        f.write("\n".join([MERGES_HEADER] + [f"{left} {right}" for left, right in merges]) + "\n")

@@ -1,0 +1,163 @@
+"""BERT encoder network (Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional
+Transformers for Language Understanding")."""
+
+import keras
+import keras_nlp
+
+
+def bert_kernel_initializer(stddev=0.02):
+    """Truncated normal, stddev 0.02 (the released BERT code's `initializer_range`)."""
+    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class BertBackbone(keras.Model):
+    """The bidirectional Transformer encoder of BERT, without a task head.
+
+    §3 "Model Architecture": a multi-layer bidirectional Transformer encoder (Vaswani et al.
+    2017) with L layers, hidden size H and A attention heads, feed-forward size 4H.
+    §3 "Input/Output Representations" (Figure 2): the input representation of a token is the
+    sum of its token (WordPiece) embedding, a learned segment embedding (sentence A / B) and
+    a learned position embedding (up to 512 positions). The final hidden state of the
+    first token, `[CLS]`, is the aggregate sequence representation; as in the released
+    code, it goes through a Dense(H, tanh) "pooler" (the model's `pooled_output`).
+
+    Activation is exact GELU (§3.1 / Appendix A.2, following OpenAI GPT), blocks are
+    post-LayerNorm (Vaswani et al.), dropout 0.1 everywhere (Appendix A.2), and weights are
+    initialised from a truncated normal with stddev 0.02.
+
+    Inputs (dict of int32 [batch, seq_len], seq_len variable up to `max_sequence_length`):
+        `token_ids`, `padding_mask` (1 = real token, 0 = padding), `segment_ids` (0 / 1).
+    Outputs (dict):
+        `sequence_output` [batch, seq_len, H], `pooled_output` [batch, H].
+
+    Args:
+        vocabulary_size: WordPiece vocabulary size (30522 for the released English models).
+        num_layers: L, the number of Transformer blocks.
+        num_heads: A, the number of attention heads.
+        hidden_dim: H, the hidden size.
+        intermediate_dim: feed-forward inner size (4H in the paper).
+        dropout: dropout rate on embeddings, attention probabilities and sub-layer outputs.
+        max_sequence_length: number of learned positions.
+        num_segments: number of segment (sentence A / B) embeddings.
+        dtype: Keras dtype policy for the layers, e.g. "mixed_bfloat16".
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim,
+        dropout=0.1,
+        max_sequence_length=512,
+        num_segments=2,
+        dtype=None,
+        **kwargs,
+    ):
+        if hidden_dim % num_heads:
+            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
+                             f"({num_heads})")
+        # === Layers ===
+        self.embeddings = keras_nlp.layers.TokenAndPositionEmbedding(
+            vocabulary_size=vocabulary_size,
+            sequence_length=max_sequence_length,
+            embedding_dim=hidden_dim,
+            embeddings_initializer=bert_kernel_initializer(),
+            dtype=dtype,
+            name="embeddings",
+        )
+        # The MLM head ties its output projection to this matrix (§3.1, as in the code).
+        self.token_embedding = self.embeddings.token_embedding
+        self.segment_embedding = keras.layers.Embedding(
+            input_dim=num_segments,
+            output_dim=hidden_dim,
+            embeddings_initializer=bert_kernel_initializer(),
+            dtype=dtype,
+            name="segment_embedding",
+        )
+        self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
+        self.embeddings_layer_norm = keras.layers.LayerNormalization(
+            epsilon=1e-12, dtype=dtype, name="embeddings_layer_norm"
+        )
+        self.embeddings_dropout = keras.layers.Dropout(
+            dropout, dtype=dtype, name="embeddings_dropout"
+        )
+        self.transformer_layers = [
+            keras_nlp.layers.TransformerEncoder(
+                intermediate_dim=intermediate_dim,
+                num_heads=num_heads,
+                dropout=dropout,
+                activation="gelu",  # keras' "gelu" is the exact erf form
+                layer_norm_epsilon=1e-12,
+                kernel_initializer=bert_kernel_initializer(),
+                normalize_first=False,
+                dtype=dtype,
+                name=f"transformer_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.pooler_dense = keras.layers.Dense(
+            hidden_dim,
+            activation="tanh",
+            kernel_initializer=bert_kernel_initializer(),
+            dtype=dtype,
+            name="pooler_dense",
+        )
+
+        # === Functional model ===
+        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
+        segment_id_input = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
+
+        x = self.embeddings_add(
+            [self.embeddings(token_id_input), self.segment_embedding(segment_id_input)]
+        )
+        x = self.embeddings_layer_norm(x)
+        x = self.embeddings_dropout(x)
+        for block in self.transformer_layers:
+            x = block(x, padding_mask=padding_mask_input)
+        sequence_output = x
+        pooled_output = self.pooler_dense(x[:, 0, :])
+
+        super().__init__(
+            inputs={
+                "token_ids": token_id_input,
+                "padding_mask": padding_mask_input,
+                "segment_ids": segment_id_input,
+            },
+            outputs={"sequence_output": sequence_output, "pooled_output": pooled_output},
+            **kwargs,
+        )
+        if dtype is not None:
+            self.dtype_policy = keras.dtype_policies.get(dtype)
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.max_sequence_length = max_sequence_length
+        self.num_segments = num_segments
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "vocabulary_size": self.vocabulary_size,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "hidden_dim": self.hidden_dim,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "max_sequence_length": self.max_sequence_length,
+            "num_segments": self.num_segments,
+            "dtype": self.dtype_policy.name,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,149 @@
+"""The one DAG every recipe runs: raw text -> vocabulary -> pretraining examples -> pretrain
+-> fine-tune -> evaluate (blessing gate) -> push a TF Serving SavedModel.
+
+    CorpusExampleGen -> VocabularyGen -> PretrainingExampleGen -> Pretrainer ─┐
+    TaskExampleGen (classification)  ──────────────────────────────────────── FineTuner
+      or TargetExampleGen -> TargetLMExampleGen (causal LM fine-tuning) ──────┘    │
+    LatestBlessedModelResolver ──────────────────────────────── LMEvaluator <───────┤
+                                                                  └──> Pusher <────┘
+"""
+
+from __future__ import annotations
+
+import os
+
+from tfx import v1 as tfx
+
+from lmfactory.components.evaluator.component import LMEvaluator
+from lmfactory.components.example_gen.component import TextExampleGen
+from lmfactory.components.pretraining_data.component import PretrainingExampleGen
+from lmfactory.components.vocabulary.component import VocabularyGen
+from lmfactory.recipe import beam_pipeline_args
+
+RUN_FN = "lmfactory.components.trainer.run_fn.run_fn"
+OBJECTIVE_KEYS = ("max_seq_length", "masked_lm_prob", "max_predictions_per_seq",
+                  "short_seq_prob", "dupe_factor", "whole_word_masking", "dynamic_masking")
+
+
+def _absolute_paths(source: dict) -> dict:
+    """Resolves relative local data paths against the working directory; URLs stay as given."""
+    def resolve(path: str) -> str:
+        return path if "://" in path else os.path.abspath(path)
+
+    source = dict(source)
+    if "path" in source:
+        source["path"] = resolve(source["path"])
+    if "splits" in source:
+        source["splits"] = {split: resolve(path) for split, path in source["splits"].items()}
+    if source.get("data_dir"):
+        source["data_dir"] = resolve(source["data_dir"])
+    return source
+
+
+def _trainer_config(recipe: dict, stage: str, task: dict | None) -> dict:
+    runtime, settings = recipe["runtime"], recipe[stage]
+    return {
+        "architecture": recipe["architecture"],
+        "preset": recipe["preset"],
+        "overrides": recipe["overrides"],
+        "task": task,
+        "batch_size": settings["batch_size"],
+        "learning_rate": settings["learning_rate"],
+        "warmup_fraction": settings["warmup_fraction"],
+        "weight_decay": settings["weight_decay"],
+        "strategy": runtime["strategy"],
+        "tpu": runtime["tpu"],
+        "jit_compile": runtime["jit_compile"],
+        "steps_per_checkpoint": runtime["steps_per_checkpoint"],
+        "seed": runtime["seed"],
+        "generation": recipe["serving"]["generation"],
+    }
+
+
+def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None):
+    settings = recipe[stage]
+    return tfx.components.Trainer(
+        run_fn=RUN_FN,
+        examples=examples,
+        base_model=base_model,
+        train_args=tfx.proto.TrainArgs(num_steps=settings["steps"]),
+        eval_args=tfx.proto.EvalArgs(num_steps=settings["eval_steps"]),
+        custom_config=_trainer_config(recipe, stage, task),
+    )
+
+
+def _lm_example_gen(recipe: dict, examples, vocabulary):
+    objective = recipe["objective"]
+    config = {"objective": objective["name"], "random_seed": objective["seed"],
+              **{key: objective[key] for key in OBJECTIVE_KEYS}}
+    return PretrainingExampleGen(examples=examples, vocabulary=vocabulary, config=config)
+
+
+def create_components(recipe: dict, serving_dir: str) -> list:
+    corpus_gen = TextExampleGen(
+        input_config=_absolute_paths(recipe["data"]["corpus"])).with_id("CorpusExampleGen")
+    tokenizer = recipe["tokenizer"]
+    vocabulary_gen = VocabularyGen(
+        examples=corpus_gen.outputs["examples"], kind=tokenizer["kind"],
+        vocab_size=tokenizer["vocab_size"], lowercase=tokenizer["lowercase"],
+        strip_accents=tokenizer["strip_accents"], min_frequency=tokenizer["min_frequency"])
+    pretraining_gen = _lm_example_gen(recipe, corpus_gen.outputs["examples"],
+                                      vocabulary_gen.outputs["vocabulary"])
+    pretrainer = _trainer(recipe, "pretraining",
+                          pretraining_gen.outputs["examples"]).with_id("Pretrainer")
+    components = [corpus_gen, vocabulary_gen, pretraining_gen, pretrainer]
+
+    finetuning = recipe["finetuning"]
+    if finetuning["task"] == "classification":
+        task_gen = TextExampleGen(
+            input_config=_absolute_paths(recipe["data"]["task"])).with_id("TaskExampleGen")
+        task_examples = task_gen.outputs["examples"]
+        task = {"kind": "classification", "text_features": finetuning["text_features"],
+                "num_classes": finetuning["num_classes"],
+                "sequence_length": finetuning["sequence_length"]}
+        components.append(task_gen)
+    else:
+        target_gen = TextExampleGen(
+            input_config=_absolute_paths(recipe["data"]["target_corpus"])
+        ).with_id("TargetExampleGen")
+        target_lm_gen = _lm_example_gen(recipe, target_gen.outputs["examples"],
+                                        vocabulary_gen.outputs["vocabulary"]
+                                        ).with_id("TargetLMExampleGen")
+        task_examples = target_lm_gen.outputs["examples"]
+        task = None
+        components += [target_gen, target_lm_gen]
+
+    finetuner = _trainer(recipe, "finetuning", task_examples, task=task,
+                         base_model=pretrainer.outputs["model"]).with_id("FineTuner")
+    baseline = tfx.dsl.Resolver(
+        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+    ).with_id("LatestBlessedModelResolver")
+    evaluation = recipe["evaluation"]
+    evaluator = LMEvaluator(
+        model=finetuner.outputs["model"], examples=task_examples,
+        baseline_model=baseline.outputs["model"], metric=evaluation["metric"],
+        threshold=evaluation["threshold"], batch_size=evaluation["batch_size"],
+        max_batches=evaluation["max_batches"])
+    pusher = tfx.components.Pusher(
+        model=finetuner.outputs["model"], model_blessing=evaluator.outputs["blessing"],
+        push_destination=tfx.proto.PushDestination(
+            filesystem=tfx.proto.PushDestination.Filesystem(
+                base_directory=os.path.join(serving_dir, recipe["serving"]["model_name"]))))
+    return components + [finetuner, baseline, evaluator, pusher]
+
+
+def create_pipeline(recipe: dict, pipeline_root: str, serving_dir: str,
+                    metadata_path: str | None = None, enable_cache: bool = True):
+    """Builds the TFX pipeline for ``recipe``; ``metadata_path`` set -> local SQLite MLMD."""
+    metadata = (tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path)
+                if metadata_path else None)
+    return tfx.dsl.Pipeline(
+        pipeline_name=recipe["name"].replace("_", "-"),
+        pipeline_root=pipeline_root,
+        components=create_components(recipe, serving_dir),
+        enable_cache=enable_cache,
+        metadata_connection_config=metadata,
+        beam_pipeline_args=beam_pipeline_args(recipe),
+    )

@@ -1,0 +1,74 @@
+"""Runners for the one DAG: local (LocalDagRunner + SQLite MLMD + Beam DirectRunner) and
+Vertex AI / Kubeflow Pipelines v2 (KubeflowV2DagRunner -> pipeline JSON)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+
+from tfx import v1 as tfx
+
+from lmfactory.pipelines.pipeline import create_pipeline
+
+DEFAULT_IMAGE = "gcr.io/tfx-oss-public/tfx:1.16.0"
+
+
+def local_layout(recipe: dict, output_dir: str) -> dict:
+    root = os.path.abspath(os.path.join(output_dir, recipe["name"]))
+    return {"pipeline_root": os.path.join(root, "pipeline"),
+            "metadata_path": os.path.join(root, "metadata.sqlite"),
+            "serving_dir": os.path.join(root, "serving")}
+
+
+def run_local(recipe: dict, output_dir: str = "runs", enable_cache: bool = True) -> dict:
+    """Runs the pipeline locally; returns the evaluation outcome and the pushed model path."""
+    layout = local_layout(recipe, output_dir)
+    pipeline = create_pipeline(recipe, layout["pipeline_root"], layout["serving_dir"],
+                               metadata_path=layout["metadata_path"], enable_cache=enable_cache)
+    tfx.orchestration.LocalDagRunner().run(pipeline)
+    return summarize_local_run(recipe, layout)
+
+
+def _newest(pattern: str) -> str | None:
+    """The output of the newest execution: TFX names execution folders by increasing id."""
+    paths = glob.glob(pattern)
+    return max(paths, key=lambda p: int(p.split(os.sep)[-2])) if paths else None
+
+
+def summarize_local_run(recipe: dict, layout: dict) -> dict:
+    evaluation = _newest(os.path.join(layout["pipeline_root"], "LMEvaluator", "evaluation",
+                                      "*", "metrics.json"))
+    outcome = json.load(open(evaluation)) if evaluation else None
+    model_dir = os.path.join(layout["serving_dir"], recipe["serving"]["model_name"])
+    versions = sorted((v for v in os.listdir(model_dir) if v.isdigit()), key=int) \
+        if os.path.isdir(model_dir) else []
+    pushed = os.path.join(model_dir, versions[-1]) if versions else None
+    if outcome and not outcome["blessed"]:
+        pushed = None
+    return {"evaluation": outcome, "pushed_model": pushed, **layout}
+
+
+def compile_vertex(recipe: dict, output_file: str, pipeline_root: str,
+                   image: str = DEFAULT_IMAGE, serving_dir: str | None = None) -> str:
+    """Compiles the same DAG to a Vertex AI / KFP v2 pipeline JSON."""
+    serving_dir = serving_dir or os.path.join(pipeline_root, "serving")
+    pipeline = create_pipeline(recipe, pipeline_root, serving_dir)
+    runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
+        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=image),
+        output_filename=output_file)
+    runner.run(pipeline, write_out=True)
+    logging.info("Wrote Vertex AI pipeline spec %s", output_file)
+    return output_file
+
+
+def submit_vertex(pipeline_file: str, project: str, region: str, pipeline_root: str) -> None:
+    """Submits a compiled pipeline with google-cloud-aiplatform's PipelineJob."""
+    from google.cloud import aiplatform
+
+    aiplatform.init(project=project, location=region)
+    job = aiplatform.PipelineJob(
+        display_name=os.path.splitext(os.path.basename(pipeline_file))[0],
+        template_path=pipeline_file, pipeline_root=pipeline_root, enable_caching=True)
+    job.submit()

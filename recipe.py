@@ -1,0 +1,237 @@
+"""Recipes: plain YAML files that say what one pipeline run builds.
+
+A recipe names the architecture and size preset, the tokenizer, the pretraining objective,
+the data sources, the fine-tuning task, steps and batch sizes, the distribution strategy and
+the Beam options. :func:`load_recipe` checks every value and raises :class:`RecipeError` with a
+one-line message naming the field (``recipe field 'pretraining.steps': must be a positive
+integer, got -3``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from importlib import resources
+
+import yaml
+
+RECIPE_SUFFIX = ".yaml"
+OBJECTIVES = ("bert_mlm_nsp", "causal_lm")
+TOKENIZER_KINDS = ("wordpiece", "bpe")
+FORMATS = ("text", "tsv", "csv", "jsonl", "tfds")
+TASKS = ("classification", "causal_lm")
+METRICS = ("accuracy", "f1", "macro_f1", "perplexity")
+STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "default")
+RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")
+
+DEFAULTS = {
+    "description": "",
+    "preset": "tiny",
+    "overrides": {},
+    "tokenizer": {"vocab_size": 8000, "lowercase": True, "strip_accents": True,
+                  "min_frequency": 2},
+    "objective": {"max_seq_length": 128, "masked_lm_prob": 0.15, "max_predictions_per_seq": 20,
+                  "short_seq_prob": 0.1, "dupe_factor": 5, "whole_word_masking": False,
+                  "dynamic_masking": False, "seed": 12345},
+    "pretraining": {"steps": 1000, "batch_size": 32, "learning_rate": 1e-4,
+                    "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10},
+    "finetuning": {"steps": 1000, "batch_size": 32, "learning_rate": 5e-5,
+                   "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10,
+                   "sequence_length": 128, "text_features": ["sentence"], "num_classes": 2},
+    "evaluation": {"threshold": None, "batch_size": 64, "max_batches": None},
+    "serving": {"generation": {"max_length": 64, "sampler": "top_k", "k": 10,
+                               "temperature": 1.0}},
+    "runtime": {"strategy": "auto", "tpu": None, "jit_compile": False,
+                "steps_per_checkpoint": 200, "seed": 0,
+                "beam": {"direct_running_mode": "multi_processing", "direct_num_workers": 2,
+                         "extra_args": []}},
+}
+
+
+class RecipeError(ValueError):
+    """A recipe value is missing or wrong; the message names the field."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"recipe field {field!r}: {message}")
+        self.field = field
+
+
+def recipe_names() -> list[str]:
+    folder = resources.files("lmfactory.recipes")
+    return sorted(entry.name[: -len(RECIPE_SUFFIX)] for entry in folder.iterdir()
+                  if entry.name.endswith(RECIPE_SUFFIX))
+
+
+def recipe_path(name_or_path: str) -> str:
+    if os.path.exists(name_or_path):
+        return name_or_path
+    path = resources.files("lmfactory.recipes") / f"{name_or_path}{RECIPE_SUFFIX}"
+    if not path.is_file():
+        raise FileNotFoundError(f"No recipe file or registered recipe named {name_or_path!r}; "
+                                f"registered: {', '.join(recipe_names())}")
+    return str(path)
+
+
+def _merge(defaults: dict, values: dict) -> dict:
+    merged = copy.deepcopy(defaults)
+    for key, value in values.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and merged[key]:
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def apply_overrides(values: dict, assignments: list[str]) -> dict:
+    """Applies ``a.b.c=value`` assignments (value parsed as YAML) to a raw recipe dict."""
+    values = copy.deepcopy(values)
+    for assignment in assignments or []:
+        if "=" not in assignment:
+            raise RecipeError(assignment, "an override must look like field.path=value")
+        path, raw = assignment.split("=", 1)
+        node = values
+        keys = path.split(".")
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise RecipeError(path, f"{key!r} is not a section")
+        node[keys[-1]] = yaml.safe_load(raw)
+    return values
+
+
+def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> dict:
+    path = recipe_path(name_or_path)
+    with open(path, encoding="utf-8") as f:
+        try:
+            raw = yaml.safe_load(f) or {}
+        except yaml.YAMLError as error:
+            raise RecipeError("<file>", f"{path} is not valid YAML: {error}") from error
+    if not isinstance(raw, dict):
+        raise RecipeError("<file>", f"{path} must hold a mapping")
+    raw.setdefault("name", os.path.splitext(os.path.basename(path))[0])
+    return validate(_merge(DEFAULTS, apply_overrides(raw, overrides)))
+
+
+class _Checker:
+    def __init__(self, recipe: dict):
+        self.recipe = recipe
+
+    def get(self, field: str, required: bool = True):
+        node = self.recipe
+        for key in field.split("."):
+            if not isinstance(node, dict) or key not in node or node[key] is None:
+                if required:
+                    raise RecipeError(field, "is required")
+                return None
+            node = node[key]
+        return node
+
+    def choice(self, field, choices, required=True):
+        value = self.get(field, required)
+        if value is not None and value not in choices:
+            raise RecipeError(field, f"must be one of {', '.join(choices)}; got {value!r}")
+        return value
+
+    def positive_int(self, field, required=True):
+        value = self.get(field, required)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise RecipeError(field, f"must be a positive integer, got {value!r}")
+        return value
+
+    def fraction(self, field, low=0.0, high=1.0, required=True):
+        value = self.get(field, required)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not low <= value <= high):
+            raise RecipeError(field, f"must be a number in [{low}, {high}], got {value!r}")
+        return value
+
+    def boolean(self, field):
+        value = self.get(field)
+        if not isinstance(value, bool):
+            raise RecipeError(field, f"must be true or false, got {value!r}")
+        return value
+
+    def string_list(self, field):
+        value = self.get(field)
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise RecipeError(field, f"must be a non-empty list of names, got {value!r}")
+        return value
+
+
+def _check_source(check: _Checker, field: str) -> None:
+    check.choice(f"{field}.format", FORMATS)
+    source = check.get(field)
+    if source["format"] == "tfds":
+        check.get(f"{field}.name")
+    elif "path" not in source and "splits" not in source:
+        raise RecipeError(f"{field}.path", "give 'path' (with eval_fraction) or 'splits'")
+    if "eval_fraction" in source:
+        check.fraction(f"{field}.eval_fraction", 0.0, 0.9)
+
+
+def validate(recipe: dict) -> dict:
+    from lmfactory import models
+
+    check = _Checker(recipe)
+    check.get("name")
+    architecture = check.choice("architecture", models.names())
+    preset = check.get("preset")
+    if preset not in models.presets(architecture):
+        raise RecipeError("preset", f"must be one of {', '.join(models.presets(architecture))} "
+                                    f"for {architecture}; got {preset!r}")
+    if not isinstance(check.get("overrides"), dict):
+        raise RecipeError("overrides", "must be a mapping of backbone arguments")
+    expected_tokenizer = models.get(architecture).tokenizer_kind
+    check.choice("tokenizer.kind", (expected_tokenizer,))
+    check.positive_int("tokenizer.vocab_size")
+    check.positive_int("tokenizer.min_frequency")
+    objective = check.choice("objective.name", models.get(architecture).objectives)
+    check.positive_int("objective.max_seq_length")
+    check.fraction("objective.masked_lm_prob", 0.0, 1.0)
+    check.positive_int("objective.max_predictions_per_seq")
+    check.fraction("objective.short_seq_prob")
+    check.positive_int("objective.dupe_factor")
+    check.boolean("objective.whole_word_masking")
+    check.boolean("objective.dynamic_masking")
+    _check_source(check, "data.corpus")
+    for stage in ("pretraining", "finetuning"):
+        check.positive_int(f"{stage}.steps")
+        check.positive_int(f"{stage}.batch_size")
+        check.positive_int(f"{stage}.eval_steps")
+        check.fraction(f"{stage}.learning_rate", 1e-8, 1.0)
+        check.fraction(f"{stage}.warmup_fraction", 0.0, 0.99)
+        check.fraction(f"{stage}.weight_decay", 0.0, 1.0)
+    task = check.choice("finetuning.task", TASKS)
+    if task == "classification":
+        if objective != "bert_mlm_nsp":
+            raise RecipeError("finetuning.task", "classification fine-tuning needs an encoder")
+        _check_source(check, "data.task")
+        check.string_list("finetuning.text_features")
+        if len(recipe["finetuning"]["text_features"]) > 2:
+            raise RecipeError("finetuning.text_features", "one or two text features")
+        check.positive_int("finetuning.num_classes")
+        check.positive_int("finetuning.sequence_length")
+    else:
+        if objective != "causal_lm":
+            raise RecipeError("finetuning.task", "causal_lm fine-tuning needs a decoder")
+        _check_source(check, "data.target_corpus")
+    check.choice("evaluation.metric", METRICS)
+    if check.get("evaluation.threshold", required=False) is not None:
+        check.fraction("evaluation.threshold", 0.0, 1e9)
+    check.get("serving.model_name")
+    check.choice("runtime.strategy", STRATEGIES)
+    check.boolean("runtime.jit_compile")
+    check.positive_int("runtime.steps_per_checkpoint")
+    check.choice("runtime.beam.direct_running_mode", RUNNING_MODES)
+    check.positive_int("runtime.beam.direct_num_workers")
+    if not isinstance(check.get("runtime.beam.extra_args"), list):
+        raise RecipeError("runtime.beam.extra_args", "must be a list of --flag=value strings")
+    return recipe
+
+
+def beam_pipeline_args(recipe: dict) -> list[str]:
+    beam = recipe["runtime"]["beam"]
+    return [f"--direct_running_mode={beam['direct_running_mode']}",
+            f"--direct_num_workers={beam['direct_num_workers']}",
+            *beam["extra_args"]]
