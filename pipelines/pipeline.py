@@ -74,9 +74,9 @@ def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None):
 
 def _lm_example_gen(recipe: dict, examples, vocabulary):
     objective = recipe["objective"]
-    config = {"objective": objective["name"], "random_seed": objective["seed"],
-              **{key: objective[key] for key in OBJECTIVE_KEYS}}
-    return PretrainingExampleGen(examples=examples, vocabulary=vocabulary, config=config)
+    return PretrainingExampleGen(examples=examples, vocabulary=vocabulary,
+                                 objective=objective["name"], random_seed=objective["seed"],
+                                 **{key: objective[key] for key in OBJECTIVE_KEYS})
 
 
 def create_components(recipe: dict, serving_dir: str) -> list:
@@ -90,7 +90,7 @@ def create_components(recipe: dict, serving_dir: str) -> list:
     pretraining_gen = _lm_example_gen(recipe, corpus_gen.outputs["examples"],
                                       vocabulary_gen.outputs["vocabulary"])
     pretrainer = _trainer(recipe, "pretraining",
-                          pretraining_gen.outputs["examples"]).with_id("Pretrainer")
+                          pretraining_gen.outputs["pretraining_examples"]).with_id("Pretrainer")
     components = [corpus_gen, vocabulary_gen, pretraining_gen, pretrainer]
 
     finetuning = recipe["finetuning"]
@@ -109,7 +109,7 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         target_lm_gen = _lm_example_gen(recipe, target_gen.outputs["examples"],
                                         vocabulary_gen.outputs["vocabulary"]
                                         ).with_id("TargetLMExampleGen")
-        task_examples = target_lm_gen.outputs["examples"]
+        task_examples = target_lm_gen.outputs["pretraining_examples"]
         task = None
         components += [target_gen, target_lm_gen]
 

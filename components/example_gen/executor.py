@@ -44,7 +44,7 @@ EVAL_SPLIT = "eval"
 DEFAULT_EVAL_FRACTION = 0.1
 
 _COUNTS_TAG = "outcome_counts"
-_COUNTS_DIR_NAME = ".ingest_counts"
+_COUNTS_FILE_NAME = ".ingest_counts.json"
 _MAX_LOGGED_BAD_RECORDS = 5
 
 _COMMON_KEYS = {"format", "splits", "path", "eval_fraction", "max_record_chars"}
@@ -348,11 +348,12 @@ class _ParseRecordsFn(beam.DoFn):
   """Raw record -> serialized tf.train.Example; counts every outcome.
 
   Each outcome increments a Beam counter (namespace ``lmfactory.ingest``) and a per-bundle
-  tally that goes out on the ``outcome_counts`` side output, so the report can be made even
-  where the runner does not report metrics.
+  tally ``{split: {outcome: count}}`` that goes out on the ``outcome_counts`` side output, so
+  the report can be made even where the runner does not report metrics.
   """
 
-  def __init__(self, options: formats.FormatOptions):
+  def __init__(self, split: str, options: formats.FormatOptions):
+    self._split = split
     self._options = options
     self._counters = {}
     self._bundle_counts = collections.Counter()
@@ -381,7 +382,7 @@ class _ParseRecordsFn(beam.DoFn):
   def finish_bundle(self):
     if self._bundle_counts:
       counts = windowed_value.WindowedValue(
-          dict(self._bundle_counts), window.GlobalWindow().max_timestamp(),
+          {self._split: dict(self._bundle_counts)}, window.GlobalWindow().max_timestamp(),
           [window.GlobalWindow()])
       yield beam.pvalue.TaggedOutput(_COUNTS_TAG, counts)
 
@@ -397,6 +398,22 @@ def sum_counts(count_dicts: Iterable[Mapping[str, int]]) -> Dict[str, int]:
   for counts in count_dicts:
     total.update(counts)
   return dict(total)
+
+
+def merge_split_counts(split_count_dicts: Iterable[Mapping[str, Mapping[str, int]]]
+                       ) -> Dict[str, Dict[str, int]]:
+  """Sums ``{split: {outcome: count}}`` dicts (associative, as CombineGlobally needs)."""
+  merged = collections.defaultdict(collections.Counter)
+  for split_counts in split_count_dicts:
+    for split, counts in split_counts.items():
+      merged[split].update(counts)
+  return {split: dict(counts) for split, counts in merged.items()}
+
+
+def write_json_file(value: Any, path: str) -> None:
+  tf.io.gfile.makedirs(os.path.dirname(path))
+  with tf.io.gfile.GFile(path, "w") as handle:
+    handle.write(json.dumps(value))
 
 
 def split_output_dir(output_dir: str, split: str) -> str:
@@ -434,19 +451,24 @@ def _read_tfds_splits(pipeline: beam.Pipeline, config: IngestConfig, builder) ->
           for split, tfds_split in config.tfds_splits.items()}
 
 
-def _parse_and_write_split(split: str, records, output_dir: str, counts_dir: str,
-                           options: formats.FormatOptions) -> None:
-  parsed = records | _parse_label(split) >> beam.ParDo(_ParseRecordsFn(options)).with_outputs(
-      _COUNTS_TAG, main="examples")
+def _parse_and_write_split(split: str, records, output_dir: str,
+                           options: formats.FormatOptions):
+  """Parses and writes one split; returns its PCollection of per-bundle outcome counts."""
+  parsed = records | _parse_label(split) >> beam.ParDo(
+      _ParseRecordsFn(split, options)).with_outputs(_COUNTS_TAG, main="examples")
   _ = (parsed.examples
        | f"WriteSplit[{split}]" >> beam.io.WriteToTFRecord(
            os.path.join(split_output_dir(output_dir, split), RECORD_FILE_PREFIX),
            file_name_suffix=".gz", compression_type=CompressionTypes.GZIP))
-  _ = (parsed[_COUNTS_TAG]
-       | f"SumCounts[{split}]" >> beam.CombineGlobally(sum_counts)
-       | f"CountsToJson[{split}]" >> beam.Map(json.dumps)
-       | f"WriteCounts[{split}]" >> beam.io.WriteToText(
-           os.path.join(counts_dir, f"{split}.json"), shard_name_template="", num_shards=1))
+  return parsed[_COUNTS_TAG]
+
+
+def _write_counts(bundle_counts: Sequence[Any], counts_path: str) -> None:
+  """Sums the per-bundle counts of all splits into one small JSON file (written once)."""
+  _ = (tuple(bundle_counts)
+       | "FlattenCounts" >> beam.Flatten()
+       | "SumCounts" >> beam.CombineGlobally(merge_split_counts)
+       | "WriteCounts" >> beam.Map(write_json_file, counts_path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,12 +510,11 @@ def _split_of_step(step: str, split_names: Sequence[str]) -> Optional[str]:
   return matching[0] if len(matching) == 1 else None
 
 
-def counts_from_side_output(counts_dir: str, split_names: Sequence[str]) -> Dict[str, Dict[str, int]]:
-  counts = {}
-  for split in split_names:
-    with tf.io.gfile.GFile(os.path.join(counts_dir, f"{split}.json")) as handle:
-      counts[split] = json.loads(handle.read().strip() or "{}")
-  return counts
+def counts_from_side_output(counts_path: str,
+                            split_names: Sequence[str]) -> Dict[str, Dict[str, int]]:
+  with tf.io.gfile.GFile(counts_path) as handle:
+    counts = json.loads(handle.read())
+  return {split: counts.get(split, {}) for split in split_names}
 
 
 def choose_counts(metric_counts, side_counts) -> Tuple[Dict[str, Dict[str, int]], str]:
@@ -590,20 +611,20 @@ def ingest(input_config: Any, output_dir: str, beam_pipeline_args: Optional[List
   """
   config, builder = _check_inputs(parse_input_config(input_config))
   input_fingerprint = fingerprint_inputs(input_config)
-  counts_dir = os.path.join(output_dir, _COUNTS_DIR_NAME)
+  counts_path = os.path.join(output_dir, _COUNTS_FILE_NAME)
   make_pipeline = make_pipeline or functools.partial(
       beam.Pipeline, argv=list(beam_pipeline_args or []))
   pipeline = make_pipeline()
   split_records = (_read_tfds_splits(pipeline, config, builder) if config.is_tfds
                    else _read_file_splits(pipeline, config))
-  for split, records in split_records.items():
-    _parse_and_write_split(split, records, output_dir, counts_dir, config.options)
+  _write_counts([_parse_and_write_split(split, records, output_dir, config.options)
+                 for split, records in split_records.items()], counts_path)
   result = pipeline.run()
   result.wait_until_finish()
   split_names = list(split_records)
   split_counts, counts_source = choose_counts(
-      counts_from_metrics(result, split_names), counts_from_side_output(counts_dir, split_names))
-  tf.io.gfile.rmtree(counts_dir)
+      counts_from_metrics(result, split_names), counts_from_side_output(counts_path, split_names))
+  tf.io.gfile.remove(counts_path)
   report = make_report(config, split_counts, counts_source, input_fingerprint)
   write_report(report, output_dir)
   logging.info("%s", summary_line(report))

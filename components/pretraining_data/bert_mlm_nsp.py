@@ -337,7 +337,7 @@ def _instance_record(instance: TrainingInstance, vocab, config, rng, stats) -> b
     example = to_tf_example(instance.tokens, instance.segment_ids, instance.is_random_next,
                             int(config["max_seq_length"]), masked,
                             int(config["max_predictions_per_seq"]))
-    return example.SerializeToString()
+    return example.SerializeToString(deterministic=True)
 
 
 def _empty_stats() -> dict:

@@ -63,7 +63,7 @@ def shard_examples(documents: Sequence[Sequence[int]], config: dict,
                    end_of_text_id: int) -> tuple:
     """Serialized blocks of one shard (documents in canonical order) and their counts."""
     packer = BlockPacker(int(config["max_seq_length"]) + 1, end_of_text_id)
-    serialized = [to_tf_example(block).SerializeToString()
+    serialized = [to_tf_example(block).SerializeToString(deterministic=True)
                   for document in documents for block in packer.add(document)]
     stats = {"blocks": len(serialized), "tokens": packer.tokens,
              "dropped_tail_tokens": packer.dropped_tail_tokens}

@@ -98,12 +98,15 @@ class _TokenizeDocuments(beam.DoFn):
         self._objective = objective
 
     def setup(self):
-        self._tokenizer = load_tokenizer(self._vocab_dir)
+        tokenizer = load_tokenizer(self._vocab_dir)
+        # In a tf.function the keras-nlp tokenizer returns a RaggedTensor (eagerly it would
+        # convert to Python lists); one trace serves every batch size.
+        self._tokenize = tf.function(tokenizer, input_signature=[tf.TensorSpec([None], tf.string)])
 
     def _token_arrays(self, texts: list) -> list:
         if not texts:
             return []
-        ragged = self._tokenizer(tf.constant(texts))
+        ragged = self._tokenize(tf.constant(texts))
         values = ragged.flat_values.numpy().astype("int32")
         splits = ragged.row_splits.numpy()
         return [array.array("i", values[splits[i]:splits[i + 1]].tobytes())

@@ -14,7 +14,7 @@ import logging
 import tensorflow as tf
 
 from lmfactory.models.classifier_preprocessor import ClassifierPreprocessor
-from lmfactory.models.tokenizers import load_tokenizer
+from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
 
 SERVING_SIGNATURE = "serving_default"
 
@@ -59,23 +59,44 @@ class EncoderServing(tf.Module):
 
 
 class GeneratorServing(tf.Module):
-    """``serving_default(prompt) -> {generated_text [B]}``: prompt continuation.
+    """``serving_default(prompt) -> {generated_text [B]}``: each prompt followed by its
+    continuation.
 
-    Decoding settings (``max_length``, ``sampler``, ``k``, ``p``, ``temperature``) come from the
-    recipe's ``generation`` block and are fixed in the exported graph.
+    Every prompt is prefixed with the end-of-text token (GPT-2's document separator, so the
+    model sees a document start and an empty prompt is valid). Prompts longer than
+    ``max_length - 1`` tokens keep their last tokens. Decoding settings (``max_length``,
+    ``sampler``, ``k``, ``p``, ``temperature``) come from the recipe's ``generation`` block.
+    Decoding uses the model's key/value cache (``GPT2CausalLM.generate_ids``).
     """
 
-    def __init__(self, tokenizer, causal_lm, generation: dict):
+    def __init__(self, tokenizer, causal_lm, generation: dict, end_of_text: str):
         super().__init__(name="generator_serving")
         self.tokenizer = tokenizer
         self.causal_lm = causal_lm
         self.generation = dict(generation)
+        self.end_token_id = int(tokenizer.token_to_id(end_of_text))
 
     def signature(self):
+        settings = dict(self.generation)
+        max_length = int(settings.pop("max_length", 64))
+        sampler = settings.pop("sampler", "greedy")
+
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="prompt")])
         def generate(prompt):
-            return {"generated_text": self.causal_lm.generate_text(
-                prompt, self.tokenizer, **self.generation)}
+            token_ids = self.tokenizer(prompt)
+            token_ids = token_ids[:, -(max_length - 1):]
+            start = tf.fill([tf.shape(prompt)[0], 1], self.end_token_id)
+            token_ids = tf.concat([tf.cast(start, token_ids.dtype), token_ids], axis=1)
+            lengths = token_ids.row_lengths()
+            output = self.causal_lm.generate_ids(
+                token_ids.to_tensor(default_value=self.end_token_id),
+                prompt_lengths=lengths, max_length=max_length, sampler=sampler,
+                end_token_id=self.end_token_id, **settings)
+            generated = tf.ragged.boolean_mask(output["token_ids"], output["padding_mask"])
+            generated = generated[:, 1:]  # drop the start token
+            is_text = tf.not_equal(generated, self.end_token_id)
+            text = self.tokenizer.detokenize(tf.ragged.boolean_mask(generated, is_text))
+            return {"generated_text": text}
 
         return generate.get_concrete_function()
 
@@ -86,8 +107,9 @@ def export_serving_model(task_model, vocab_dir: str, model_config: dict, export_
     if task["kind"] == "classification":
         module = ClassifierServing(preprocessor, task_model, task["text_features"])
     elif task.get("objective") == "causal_lm":
+        end_of_text = read_tokenizer_config(vocab_dir)["special_tokens"]["end_of_text"]
         module = GeneratorServing(load_tokenizer(vocab_dir), task_model,
-                                  model_config.get("generation") or {})
+                                  model_config.get("generation") or {}, end_of_text)
     else:
         sequence_length = task.get("sequence_length", 128)
         module = EncoderServing(

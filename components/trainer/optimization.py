@@ -22,9 +22,9 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         step = keras.ops.cast(step, "float32")
-        warmup = keras.ops.cast(max(self.warmup_steps, 1), "float32")
-        total = keras.ops.cast(max(self.total_steps, self.warmup_steps + 1), "float32")
-        warmup_lr = self.peak_learning_rate * step / warmup
+        warmup = float(self.warmup_steps)
+        total = float(max(self.total_steps, self.warmup_steps + 1))
+        warmup_lr = self.peak_learning_rate * step / max(warmup, 1.0)
         decay_lr = self.peak_learning_rate * keras.ops.maximum(
             0.0, (total - step) / (total - warmup))
         return keras.ops.where(step < warmup, warmup_lr, decay_lr)

@@ -63,13 +63,13 @@ _MARKER = "\u0966"  # the marker keras-hub uses ("६"); dropped from the output
 _RE2_SPACE = "\t\n\f\r "
 _EXTRA_SPACES = "\u00a0\u2009\u202f\u3000"
 _MARK_WORD_START = regex.compile(f"( )([^{_RE2_SPACE}{_EXTRA_SPACES}])")
-_MARK_TRAILING = regex.compile(f"([{_RE2_SPACE}]{_EXTRA_SPACES})$")
+_MARK_TRAILING = regex.compile(f"([{_RE2_SPACE}]{_EXTRA_SPACES})\\Z")
 _WORD = regex.compile(
     r"'s|'t|'re|'ve|'m|'ll|'d"
     f"|[{_RE2_SPACE}{_EXTRA_SPACES}]+[\n\r\t\f{_MARKER}{_EXTRA_SPACES}]"
     r"| ?\p{L}+| ?\p{N}+"
     f"| ?[^{_RE2_SPACE}\\p{{L}}\\p{{N}}{_EXTRA_SPACES}]+")
-_LAST_SPACE = regex.compile(f"[ \t\r\f\v{_MARKER}{_EXTRA_SPACES}]$")
+_LAST_SPACE = regex.compile(f"[ \t\r\f\v{_MARKER}{_EXTRA_SPACES}]\\Z")
 
 
 def _split_keeping_matches(text: str, pattern: regex.Pattern) -> list[str]:

@@ -135,10 +135,11 @@ class GPT2Backbone(keras.Model):
         return kernels
 
     def _scale_residual_projections(self):
-        initializer = keras.initializers.RandomNormal(
-            stddev=0.02 / math.sqrt(2 * self.num_layers)
-        )
+        stddev = 0.02 / math.sqrt(2 * self.num_layers)
         for kernel in self.residual_projection_kernels():
+            # A fresh initializer per kernel: an unseeded Keras initializer repeats its
+            # draw on every call.
+            initializer = keras.initializers.RandomNormal(stddev=stddev)
             kernel.assign(initializer(kernel.shape, kernel.dtype))
 
     def initial_cache(self, batch_size, max_length):

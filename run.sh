@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One entry point for a fresh checkout:
+#   ./run.sh demo    create .venv if absent, install the pinned stack, run the demo pipeline
+#   ./run.sh test    same set-up, then the test suite
+#   ./run.sh setup   set-up only
+set -euo pipefail
+cd "$(dirname "$0")"
+
+find_python() {
+  if [ -n "${PYTHON:-}" ]; then echo "$PYTHON"; return; fi
+  if command -v pyenv >/dev/null 2>&1; then
+    local v; v=$(pyenv versions --bare 2>/dev/null | grep -E '^3\.10(\.|$)' | tail -n 1 || true)
+    if [ -n "$v" ]; then echo "$(pyenv root)/versions/$v/bin/python3.10"; return; fi
+  fi
+  command -v python3.10 || { echo "Python 3.10 is required (set PYTHON=/path/to/python3.10)" >&2; exit 1; }
+}
+
+pip_install() {
+  if ! .venv/bin/python -m pip install --disable-pip-version-check "$@" > .venv/pip.log 2>&1; then
+    grep -v "is ignored: it is neither" .venv/pip.log | tail -40 >&2; echo "pip install $* failed" >&2; exit 1
+  fi
+}
+
+setup() {
+  local stamp=".venv/.installed-$(cat requirements.in constraints.txt pyproject.toml | sha256sum | cut -c1-16)"
+  if [ -f "$stamp" ]; then return; fi
+  if [ ! -x .venv/bin/python ]; then
+    echo "== Creating .venv with $(find_python)"
+    "$(find_python)" -m venv .venv
+  fi
+  echo "== Installing the pinned stack (a few minutes on a fresh machine)"
+  pip_install -r requirements.in -c constraints.txt
+  pip_install --no-deps -e .
+  .venv/bin/python -c "import lmfactory, tfx, keras_nlp" || { echo "install check failed" >&2; exit 1; }
+  rm -f .venv/.installed-*; touch "$stamp"
+}
+
+cmd="${1:-demo}"; shift || true
+case "$cmd" in
+  setup) setup ;;
+  demo)  setup; exec .venv/bin/lmfactory run bert_tiny_sst2 "$@" ;;
+  test)  setup; exec .venv/bin/python -m pytest -q "$@" ;;
+  *) echo "usage: ./run.sh demo|test|setup" >&2; exit 2 ;;
+esac

@@ -1,0 +1,131 @@
+"""The whole DAG at tiny size, BERT and GPT-2, with LocalDagRunner; then the pushed SavedModel
+is loaded with tf.saved_model.load and called on raw strings. Also: caching on re-run, and the
+same DAG compiled for Vertex AI / Kubeflow Pipelines v2."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (ops used by the serving graph)
+
+from lmfactory.pipelines import runners
+from lmfactory.recipe import load_recipe
+
+COMPONENTS_CLASSIFICATION = {
+    "CorpusExampleGen", "VocabularyGen", "PretrainingExampleGen", "Pretrainer",
+    "TaskExampleGen", "FineTuner", "LatestBlessedModelResolver", "LMEvaluator", "Pusher"}
+COMPONENTS_CAUSAL_LM = (COMPONENTS_CLASSIFICATION - {"TaskExampleGen"}) | {
+    "TargetExampleGen", "TargetLMExampleGen"}
+
+
+def _small_corpus(demo_data: Path, path: Path, documents: int) -> str:
+    docs = (demo_data / "corpus.txt").read_text(encoding="utf-8").split("\n\n")[:documents]
+    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def _small_tsv(source: Path, path: Path, rows: int) -> str:
+    lines = source.read_text(encoding="utf-8").splitlines()
+    path.write_text("\n".join(lines[: rows + 1]) + "\n", encoding="utf-8")
+    return str(path)
+
+
+TINY_TRAINING = [
+    "pretraining.steps=12", "pretraining.batch_size=8", "pretraining.eval_steps=2",
+    "finetuning.steps=12", "finetuning.batch_size=8", "finetuning.eval_steps=2",
+    "runtime.steps_per_checkpoint=6", "runtime.beam.direct_running_mode=in_memory",
+    "runtime.beam.direct_num_workers=1", "objective.max_seq_length=32",
+    "objective.dupe_factor=1", "objective.max_predictions_per_seq=5",
+    "overrides={max_sequence_length: 64}",
+]
+
+
+@pytest.fixture(scope="module")
+def bert_run(tmp_path_factory, demo_data):
+    tmp = tmp_path_factory.mktemp("bert")
+    corpus = _small_corpus(demo_data, tmp / "corpus.txt", 150)
+    train = _small_tsv(demo_data / "sst2" / "train.tsv", tmp / "train.tsv", 300)
+    dev = _small_tsv(demo_data / "sst2" / "dev.tsv", tmp / "dev.tsv", 60)
+    recipe = load_recipe("bert_tiny_sst2", TINY_TRAINING + [
+        f"data.corpus.path={corpus}", f"data.task.splits.train={train}",
+        f"data.task.splits.eval={dev}", "tokenizer.vocab_size=600",
+        "finetuning.sequence_length=32", "evaluation.threshold=0.0"])
+    summary = runners.run_local(recipe, str(tmp / "runs"))
+    return recipe, summary, tmp
+
+
+def test_bert_dag_pushes_a_model_that_classifies_raw_strings(bert_run):
+    recipe, summary, _ = bert_run
+    assert summary["evaluation"]["blessed"] is True
+    assert 0.0 <= summary["evaluation"]["metrics"]["accuracy"] <= 1.0
+    assert summary["evaluation"]["metrics"]["examples"] == 60
+    pushed = summary["pushed_model"]
+    # TF Serving layout: <serving_dir>/<model_name>/<version>/saved_model.pb
+    assert Path(pushed).parent.name == recipe["serving"]["model_name"]
+    assert Path(pushed).name.isdigit() and (Path(pushed) / "saved_model.pb").exists()
+    serve = tf.saved_model.load(pushed).signatures["serving_default"]
+    outputs = serve(sentence=tf.constant(["a gorgeous , witty film", "dull and lifeless",
+                                          "", "non-ascii: caf\u00e9 \u2013 \u4e2d\u6587"]))
+    probabilities = outputs["probabilities"].numpy()
+    assert probabilities.shape == (4, 2)
+    assert probabilities.sum(axis=1) == pytest.approx([1, 1, 1, 1], abs=1e-5)
+    assert outputs["label"].numpy().shape == (4,)
+
+
+def test_serving_rejects_wrong_shapes_and_types(bert_run):
+    _, summary, _ = bert_run
+    serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
+    with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError)):
+        serve(sentence=tf.constant([[b"two", b"dims"]]))
+    with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError)):
+        serve(sentence=tf.constant([1, 2]))
+
+
+def test_rerun_reuses_cached_results(bert_run):
+    recipe, summary, tmp = bert_run
+    root = Path(summary["pipeline_root"])
+    cached = ["CorpusExampleGen", "VocabularyGen", "PretrainingExampleGen", "Pretrainer",
+              "TaskExampleGen", "FineTuner"]
+    before = {name: sorted(os.listdir(root / name)) for name in cached}
+    executions_before = {name: sorted(os.listdir(next((root / name).iterdir())))
+                         for name in cached}
+    runners.run_local(recipe, str(tmp / "runs"))
+    assert {name: sorted(os.listdir(next((root / name).iterdir())))
+            for name in cached} == executions_before
+    assert {name: sorted(os.listdir(root / name)) for name in cached} == before
+
+
+def test_gpt2_dag_pushes_a_model_that_continues_prompts(tmp_path, demo_data, shared_data):
+    corpus = _small_corpus(demo_data, tmp_path / "corpus.txt", 150)
+    target = tmp_path / "shakespeare.txt"
+    target.write_text((shared_data / "tiny_shakespeare" / "input.txt")
+                      .read_text(encoding="utf-8")[:30_000], encoding="utf-8")
+    recipe = load_recipe("gpt2_tiny_shakespeare", TINY_TRAINING + [
+        f"data.corpus.path={corpus}", f"data.target_corpus.path={target}",
+        "tokenizer.vocab_size=400", "evaluation.threshold=1000000.0",
+        "evaluation.max_batches=4", "serving.generation.max_length=24"])
+    summary = runners.run_local(recipe, str(tmp_path / "runs"))
+    outcome = summary["evaluation"]
+    assert outcome["blessed"] is True and outcome["metric"] == "perplexity"
+    assert 1.0 < outcome["metrics"]["perplexity"] < 400 * 2
+    serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
+    prompts = ["First Citizen:", "ROMEO: my"]
+    generated = serve(prompt=tf.constant(prompts))["generated_text"].numpy()
+    assert generated.shape == (2,)
+    for prompt, text in zip(prompts, generated):
+        assert text.decode("utf-8").startswith(prompt)
+        assert len(text.decode("utf-8")) > len(prompt)
+
+
+def test_same_dag_compiles_for_vertex(tmp_path):
+    for name, expected in [("bert_tiny_sst2", COMPONENTS_CLASSIFICATION),
+                           ("gpt2_tiny_shakespeare", COMPONENTS_CAUSAL_LM)]:
+        output = tmp_path / f"{name}.json"
+        runners.compile_vertex(load_recipe(name), str(output), "gs://bucket/root")
+        spec = json.loads(output.read_text())
+        tasks = set(spec["pipelineSpec"]["root"]["dag"]["tasks"])
+        assert tasks == expected, (name, tasks)
+        executors = json.dumps(spec["pipelineSpec"]["deploymentSpec"]["executors"])
+        assert "lmfactory.components" in executors
