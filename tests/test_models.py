@@ -151,8 +151,8 @@ def test_bert_output_shapes_and_dtypes(bert):
     # Pooled output is tanh(Dense(h_[CLS])).
     pooled = np.asarray(outputs["pooled_output"])
     assert np.all(np.abs(pooled) <= 1.0)
-    expected = np.tanh(np.asarray(outputs["sequence_output"])[:, 0] @ bert.pooler_dense.kernel.numpy()
-                       + bert.pooler_dense.bias.numpy())
+    cls = np.asarray(outputs["sequence_output"])[:, 0]
+    expected = np.tanh(cls @ bert.pooler_dense.kernel.numpy() + bert.pooler_dense.bias.numpy())
     np.testing.assert_allclose(pooled, expected, atol=1e-5)
 
 
@@ -488,6 +488,35 @@ def test_other_samplers(causal_lm, sampler, kwargs):
     np.testing.assert_array_equal(ids[0, :3], prompts[0, :3])
     np.testing.assert_array_equal(ids[1, :4], prompts[1])
     assert ((ids >= 0) & (ids < VOCAB)).all()
+
+
+def test_generation_exports_in_saved_model(tmp_path):
+    """generate_ids traced in a tf.function and saved as a SavedModel signature, with a
+    random sampler whose seed variable must be tracked (what the serving export does)."""
+    keras.utils.set_random_seed(5)
+    lm = GPT2CausalLM(models.build("gpt2", "tiny", vocabulary_size=VOCAB, num_layers=1))
+    num_weights = len(lm.weights)
+    module = tf.Module()
+    module.lm = lm
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32),
+                                  tf.TensorSpec([None], tf.int64)])
+    def generate(ids, lengths):
+        return lm.generate_ids(ids, prompt_lengths=lengths, max_length=8, sampler="top_k",
+                               k=3, temperature=0.8, end_token_id=2)
+
+    tf.saved_model.save(module, str(tmp_path / "sm"),
+                        signatures={"serving_default": generate.get_concrete_function()})
+    assert len(lm.weights) == num_weights  # the sampler's seed is not a model weight
+    served = tf.saved_model.load(str(tmp_path / "sm")).signatures["serving_default"](
+        ids=tf.constant([[11, 12, 0], [21, 22, 23]]), lengths=tf.constant([2, 3], tf.int64))
+    ids = served["token_ids"].numpy()
+    assert ids.shape == (2, 8)
+    np.testing.assert_array_equal(ids[:, :2], [[11, 12], [21, 22]])
+    # The model still saves as .keras after a sampler was attached.
+    lm.save(tmp_path / "lm.keras")
+    restored = keras.models.load_model(tmp_path / "lm.keras")
+    _assert_outputs_equal(lm(_gpt2_inputs()), restored(_gpt2_inputs()))
 
 
 def test_generation_rejects_too_long(causal_lm):

@@ -21,6 +21,16 @@ def test_no_warmup_starts_at_the_peak():
 
 def test_optimizer_is_adamw_with_clipping_and_schedule_round_trips():
     optimizer = make_optimizer(1e-3, total_steps=100, clip_norm=1.0, weight_decay=0.01)
-    assert optimizer.global_clipnorm == 1.0 and optimizer.weight_decay == 0.01
+    assert optimizer.clip_global_norm == 1.0 and optimizer.weight_decay == 0.01
     config = optimizer._learning_rate.get_config()
     assert WarmupLinearDecay(**config).get_config() == config
+
+
+def test_clipping_scales_to_the_global_norm():
+    import tensorflow as tf
+
+    optimizer = make_optimizer(1e-3, total_steps=10, clip_norm=1.0)
+    grads = [tf.constant([3.0, 0.0]), tf.constant([[4.0]])]  # global norm 5
+    clipped = optimizer._clip_gradients(grads)
+    assert float(tf.linalg.global_norm(clipped)) == pytest.approx(1.0)
+    assert clipped[0].numpy().tolist() == pytest.approx([0.6, 0.0])

@@ -9,6 +9,7 @@ excluded from weight decay, as both reference implementations do.
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -34,12 +35,43 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
                 "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
 
 
+@keras.saving.register_keras_serializable(package="lmfactory")
+class AdamW(keras.optimizers.AdamW):
+    """Keras AdamW whose global-norm clipping sees the gradient of the GLOBAL batch.
+
+    Keras 3.12 applies ``global_clipnorm`` inside each replica, to that replica's partial
+    gradient, before the cross-replica sum, so under MirroredStrategy/TPUStrategy the clip
+    differs from one device on the same batch. Here the norm is taken of the all-reduced
+    gradient (one extra all-reduce when clipping with several replicas) and every replica's
+    share is scaled by the same factor, so the summed update equals the single-device one.
+    """
+
+    def __init__(self, clip_global_norm: float | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.clip_global_norm = clip_global_norm
+
+    def _clip_gradients(self, grads):
+        grads = super()._clip_gradients(grads)
+        if not self.clip_global_norm:
+            return grads
+        present = [tf.convert_to_tensor(g) for g in grads if g is not None]
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            present = context.all_reduce(tf.distribute.ReduceOp.SUM, present)
+        norm = tf.linalg.global_norm(present)
+        scale = self.clip_global_norm / tf.maximum(norm, self.clip_global_norm)
+        return [None if g is None else g * tf.cast(scale, g.dtype) for g in grads]
+
+    def get_config(self):
+        return {**super().get_config(), "clip_global_norm": self.clip_global_norm}
+
+
 def make_optimizer(learning_rate: float, total_steps: int, warmup_fraction: float = 0.1,
                    weight_decay: float = 0.01, clip_norm: float = 1.0,
-                   beta_2: float = 0.999, epsilon: float = 1e-6) -> keras.optimizers.AdamW:
+                   beta_2: float = 0.999, epsilon: float = 1e-6) -> AdamW:
     schedule = WarmupLinearDecay(learning_rate, int(total_steps * warmup_fraction), total_steps)
-    optimizer = keras.optimizers.AdamW(
+    optimizer = AdamW(
         learning_rate=schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=beta_2,
-        epsilon=epsilon, global_clipnorm=clip_norm)
+        epsilon=epsilon, clip_global_norm=clip_norm)
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta", "layer_norm"])
     return optimizer

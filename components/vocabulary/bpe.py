@@ -114,75 +114,109 @@ def pretokenize_lines(lines: Iterable[str]) -> list[str]:
 
 
 # --- Merge learning ----------------------------------------------------------------------
+_PAIR_SHIFT = 20  # pairs are keyed by one int: (left << 20) | right, so ids stay below 2**20
+_RIGHT_MASK = (1 << _PAIR_SHIFT) - 1
+MAX_VOCAB_SIZE = 1 << _PAIR_SHIFT
+
+
 class _PairStatistics:
     """Pair counts over a weighted word list, kept up to date as merges rewrite words.
 
-    ``counts[pair]`` is the number of times the pair of symbol ids occurs (weighted by word
-    frequency); ``words_with[pair]`` the indices of words that may hold it (entries can be
-    stale, checked when used); ``heap`` a max-heap of (count, pair) with lazy deletion.
+    ``counts[key]`` is how often a pair of symbol ids (``key = left << 20 | right``) occurs,
+    weighted by word frequency; ``words_with[key]`` the indices of words that may hold it
+    (entries can be stale and are checked when used); ``heap`` a max-heap of (count, key).
+    A merge only touches the neighbours of each merged occurrence. Pairs whose count went up
+    are pushed again; entries whose count went down are fixed when they reach the top.
     """
 
     def __init__(self, words: list[list[int]], frequencies: list[int], spellings: list[str]):
         self.words, self.frequencies, self.spellings = words, frequencies, spellings
-        self.counts: dict[tuple[int, int], int] = defaultdict(int)
-        self.words_with: dict[tuple[int, int], set[int]] = defaultdict(set)
+        self.counts: dict[int, int] = defaultdict(int)
+        self.words_with: dict[int, set[int]] = defaultdict(set)
         for index, word in enumerate(words):
-            for pair in zip(word, word[1:]):
-                self.counts[pair] += frequencies[index]
-                self.words_with[pair].add(index)
-        self.heap = [self._heap_entry(pair) for pair in self.counts]
+            for left, right in zip(word, word[1:]):
+                key = left << _PAIR_SHIFT | right
+                self.counts[key] += frequencies[index]
+                self.words_with[key].add(index)
+        self.heap = [self._heap_entry(key) for key in self.counts]
         heapq.heapify(self.heap)
 
-    def _heap_entry(self, pair):
+    def _heap_entry(self, key: int) -> tuple:
         # Ties broken by the pair's spelling, so the result does not depend on input order.
-        return (-self.counts[pair], self.spellings[pair[0]], self.spellings[pair[1]], pair)
+        left, right = key >> _PAIR_SHIFT, key & _RIGHT_MASK
+        return (-self.counts[key], self.spellings[left], self.spellings[right], key)
 
     def most_frequent(self) -> tuple[tuple[int, int], int] | None:
-        """The most frequent pair and its count, or None when no pair is left."""
+        """The most frequent pair of ids and its count, or None when no pair is left."""
         while self.heap:
-            negative_count, _, _, pair = self.heap[0]
-            if self.counts.get(pair, 0) == -negative_count and negative_count < 0:
-                return pair, -negative_count
-            heapq.heappop(self.heap)
+            negative_count, _, _, key = heapq.heappop(self.heap)
+            count = self.counts.get(key, 0)
+            if count == -negative_count:
+                return (key >> _PAIR_SHIFT, key & _RIGHT_MASK), count
+            if 0 < count < -negative_count:  # went down since pushed: re-queue at its count
+                heapq.heappush(self.heap, self._heap_entry(key))
         return None
 
     def merge(self, pair: tuple[int, int], new_symbol: int) -> None:
         """Rewrites every word holding ``pair`` with ``new_symbol`` and updates the counts."""
-        changed = set()
-        for index in self.words_with.pop(pair, ()):
-            old = self.words[index]
-            new = _merge_in_word(old, pair, new_symbol)
-            if len(new) == len(old):
-                continue  # stale entry: an earlier merge already consumed the pair here
-            frequency = self.frequencies[index]
-            for old_pair in zip(old, old[1:]):
-                self.counts[old_pair] -= frequency
-                changed.add(old_pair)
-            for new_pair in zip(new, new[1:]):
-                self.counts[new_pair] += frequency
-                self.words_with[new_pair].add(index)
-                changed.add(new_pair)
-            self.words[index] = new
-        self.counts.pop(pair, None)
-        for changed_pair in changed:
-            if self.counts.get(changed_pair, 0) > 0:
-                heapq.heappush(self.heap, self._heap_entry(changed_pair))
+        key = pair[0] << _PAIR_SHIFT | pair[1]
+        grown: set[int] = set()
+        for index in self.words_with.pop(key, ()):
+            self._merge_in_word(index, pair, new_symbol, grown)
+        self.counts.pop(key, None)
+        for grown_key in grown:
+            heapq.heappush(self.heap, self._heap_entry(grown_key))
+
+    def _merge_in_word(self, index: int, pair: tuple[int, int], new_symbol: int,
+                       grown: set[int]) -> None:
+        """Merges ``pair`` left to right in one word (as GPT-2's encoder does) and moves the
+        counts of its neighbour pairs: (x, left) -> (x, new), (right, y) -> (new, y)."""
+        word = self.words[index]
+        left, right = pair
+        starts, position, last = [], 0, len(word) - 1
+        while True:  # non-overlapping occurrences, scanning left to right
+            try:
+                position = word.index(left, position, last)
+            except ValueError:
+                break
+            if word[position + 1] == right:
+                starts.append(position)
+                position += 2
             else:
-                self.counts.pop(changed_pair, None)
-
-
-def _merge_in_word(symbols: list[int], pair: tuple[int, int], new_symbol: int) -> list[int]:
-    """Replaces each non-overlapping occurrence of ``pair``, left to right (as GPT-2 encodes)."""
-    first, second = pair
-    merged, position, end = [], 0, len(symbols)
-    while position < end:
-        if position + 1 < end and symbols[position] == first and symbols[position + 1] == second:
+                position += 1
+        if not starts:
+            return  # stale entry: an earlier merge consumed the pair in this word
+        frequency, end = self.frequencies[index], len(word)
+        counts, words_with = self.counts, self.words_with
+        new_left, new_right = new_symbol << _PAIR_SHIFT, new_symbol
+        merged, previous_end = [], 0
+        for start in starts:
+            after = start + 2
+            if start == previous_end and start > 0:  # follows the previous merge: (new, new)
+                grown_key = new_left | new_symbol
+            elif start > 0:
+                before = word[start - 1] << _PAIR_SHIFT
+                counts[before | left] -= frequency
+                grown_key = before | new_right
+            if start > 0:
+                counts[grown_key] += frequency
+                words_with[grown_key].add(index)
+                grown.add(grown_key)
+            if after < end:
+                following = word[after]
+                counts[right << _PAIR_SHIFT | following] -= frequency
+                next_merges_here = (following == left and after + 1 < end
+                                    and word[after + 1] == right)
+                if not next_merges_here:  # otherwise the next merge adds (new, new)
+                    grown_key = new_left | following
+                    counts[grown_key] += frequency
+                    words_with[grown_key].add(index)
+                    grown.add(grown_key)
+            merged.extend(word[previous_end:start])
             merged.append(new_symbol)
-            position += 2
-        else:
-            merged.append(symbols[position])
-            position += 1
-    return merged
+            previous_end = after
+        merged.extend(word[previous_end:])
+        self.words[index] = merged
 
 
 def learn_merges(word_counts: Iterable[tuple[str, int]], vocab_size: int,

@@ -2,6 +2,7 @@
 
 import keras
 import keras_nlp
+import tensorflow as tf
 from keras import ops
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
@@ -9,15 +10,17 @@ from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 BERT_PRETRAINER_INPUTS = ("token_ids", "padding_mask", "segment_ids", "mask_positions")
 
 
-def scale_loss_for_replicas(loss):
-    """Divides by the replica count under a `tf.distribute` strategy, as Keras' own losses
-    do, so gradients summed across replicas average over the global batch."""
-    import tensorflow as tf
+def sum_over_replicas(value):
+    """`value` summed over the replicas of a `tf.distribute` strategy (itself outside one).
 
-    num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
-    if num_replicas > 1:
-        loss = loss * (1.0 / num_replicas)
-    return loss
+    Losses below divide by global counts, so each replica returns its share of the global
+    batch's loss; the gradients summed across replicas are then exactly those of one
+    device seeing the whole batch, even when replicas hold different numbers of real
+    masked-LM predictions."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return value
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -33,7 +36,8 @@ class BertPretrainer(keras.Model):
     mean next-sentence likelihood. The MLM mean runs over real predictions only, weighted
     by `masked_lm_weights` (padding predictions carry weight 0):
     `sum(w * nll) / (sum(w) + 1e-5)`. `compute_loss` implements exactly this, so the model
-    trains with `compile(optimizer=...)` and no `loss` argument.
+    trains with `compile(optimizer=...)` and no `loss` argument. Under a `tf.distribute`
+    strategy the sums run over the global batch (see `sum_over_replicas`).
 
     Inputs (dict, int32): `token_ids`, `padding_mask`, `segment_ids` [batch, seq_len],
         `mask_positions` [batch, num_predictions].
@@ -101,21 +105,26 @@ class BertPretrainer(keras.Model):
         mlm_nll = keras.losses.sparse_categorical_crossentropy(
             mlm_labels, mlm_logits, from_logits=True
         )
-        mlm_loss = ops.sum(mlm_weights * mlm_nll) / (ops.sum(mlm_weights) + 1e-5)
-        nsp_loss = ops.mean(
-            keras.losses.sparse_categorical_crossentropy(nsp_labels, nsp_logits,
-                                                         from_logits=True)
+        nsp_nll = keras.losses.sparse_categorical_crossentropy(
+            nsp_labels, nsp_logits, from_logits=True
+        )
+        mlm_loss = ops.sum(mlm_weights * mlm_nll) / (
+            sum_over_replicas(ops.sum(mlm_weights)) + 1e-5
+        )
+        nsp_loss = ops.sum(nsp_nll) / sum_over_replicas(
+            ops.cast(ops.shape(nsp_nll)[0], "float32")
         )
 
-        self.mlm_loss_tracker.update_state(mlm_loss)
-        self.nsp_loss_tracker.update_state(nsp_loss)
+        self.mlm_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(mlm_loss)))
+        self.nsp_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(nsp_loss)))
         self.mlm_accuracy.update_state(mlm_labels, mlm_logits, sample_weight=mlm_weights)
         self.nsp_accuracy.update_state(nsp_labels, nsp_logits)
 
         loss = mlm_loss + nsp_loss
-        if self.losses:  # regularisers, if a caller adds any
-            loss = loss + ops.cast(ops.sum(self.losses), "float32")
-        return scale_loss_for_replicas(loss)
+        if self.losses:  # regularisers, if a caller adds any: averaged like Keras does
+            regularization = ops.cast(ops.sum(self.losses), "float32")
+            loss = loss + regularization / tf.distribute.get_strategy().num_replicas_in_sync
+        return loss
 
     def get_config(self):
         return {

@@ -2,20 +2,20 @@
 
 import keras
 import keras_nlp
+import tensorflow as tf
 from keras import ops
 
 CAUSAL_LM_INPUTS = ("token_ids", "padding_mask")
 
 
-def _scale_loss_for_replicas(loss):
-    """Divides by the replica count under a `tf.distribute` strategy, as Keras' own losses
-    do, so gradients summed across replicas average over the global batch."""
-    import tensorflow as tf
-
-    num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
-    if num_replicas > 1:
-        loss = loss * (1.0 / num_replicas)
-    return loss
+def _sum_over_replicas(value):
+    """`value` summed over the replicas of a `tf.distribute` strategy (itself outside one),
+    so the loss is each replica's share of the global batch's mean and the summed
+    gradients equal those of one device."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return value
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -31,7 +31,8 @@ class GPT2CausalLM(keras.Model):
     Output: next-token logits [batch, seq_len, vocabulary_size].
     Targets for `fit` (CONTRACTS §3 `causal_lm`): y = the ids shifted by one [B, L],
         sample_weight [B, L] (0 on padding). `compute_loss` is the weighted mean NLL over
-        positions, so the model trains with `compile(optimizer=...)` and no `loss`.
+        positions (of the global batch under `tf.distribute`), so the model trains with
+        `compile(optimizer=...)` and no `loss`.
     Metrics: `nll` (token-weighted mean NLL; perplexity = exp(nll)).
 
     `generate_ids` decodes from prompts with a `keras_nlp.samplers` sampler, using the
@@ -56,8 +57,14 @@ class GPT2CausalLM(keras.Model):
 
         # === Metrics ===
         self.nll_tracker = keras.metrics.Mean(name="nll")
-        # Plain (untracked) dict: samplers are not layers and are not saved with the model.
+
+        # Samplers are not layers and are not saved with the model: a plain dict, untracked.
         object.__setattr__(self, "_samplers", {})
+        # Random samplers own a seed variable. A SavedModel whose function captures it must
+        # reach it through tracked objects; a tf.Module is tracked by TensorFlow but is not
+        # a Keras layer, so the seeds stay out of the model's Keras weights.
+        self.sampler_state = tf.Module(name="sampler_state")
+        self.sampler_state.seeds = []
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         logits = ops.cast(y_pred, "float32")
@@ -67,11 +74,12 @@ class GPT2CausalLM(keras.Model):
         else:
             weights = ops.cast(sample_weight, "float32")
         # max(., 1e-9): a batch that is all padding contributes 0 instead of NaN.
-        loss = ops.sum(weights * nll) / ops.maximum(ops.sum(weights), 1e-9)
+        loss = ops.sum(weights * nll) / ops.maximum(_sum_over_replicas(ops.sum(weights)), 1e-9)
         self.nll_tracker.update_state(nll, sample_weight=weights)
-        if self.losses:  # regularisers, if a caller adds any
-            loss = loss + ops.cast(ops.sum(self.losses), "float32")
-        return _scale_loss_for_replicas(loss)
+        if self.losses:  # regularisers, if a caller adds any: averaged like Keras does
+            regularization = ops.cast(ops.sum(self.losses), "float32")
+            loss = loss + regularization / tf.distribute.get_strategy().num_replicas_in_sync
+        return loss
 
     def call_with_cache(self, token_ids, cache, cache_update_index):
         """One cached decoding step: (logits [B, n, V], hidden [B, n, H], cache)."""
@@ -84,14 +92,22 @@ class GPT2CausalLM(keras.Model):
         "top_p", "beam", "random", "contrastive") plus its kwargs (`k`, `p`, `num_beams`,
         `temperature`, `seed`, ...). Named samplers are cached on the model, so a
         `tf.function` that calls `generate_ids` creates a sampler's seed variable once."""
-        if not isinstance(sampler, str):
-            return sampler
-        key = (sampler, tuple(sorted(sampler_kwargs.items())))
-        if key not in self._samplers:
-            self._samplers[key] = keras_nlp.samplers.get(
-                {"class_name": sampler, "config": dict(sampler_kwargs)}
-            )
-        return self._samplers[key]
+        if isinstance(sampler, str):
+            key = (sampler, tuple(sorted(sampler_kwargs.items())))
+            if key not in self._samplers:
+                with tf.init_scope():  # create seed variables eagerly, even mid-trace
+                    self._samplers[key] = keras_nlp.samplers.get(
+                        {"class_name": sampler, "config": dict(sampler_kwargs)}
+                    )
+            sampler = self._samplers[key]
+        elif sampler_kwargs:
+            raise ValueError(f"Sampler kwargs {sorted(sampler_kwargs)} need a sampler name, "
+                             f"got the instance {sampler!r}")
+        tracked = {id(v) for v in self.sampler_state.seeds}
+        for variable in getattr(sampler, "variables", []):
+            if id(variable) not in tracked:
+                self.sampler_state.seeds.append(variable)
+        return sampler
 
     def generate_ids(
         self,

@@ -1,0 +1,99 @@
+"""A training killed with SIGKILL resumes from its last checkpoint when run again; the Model
+artifact it finally writes holds the Keras model, backbone weights, vocabulary and a
+SavedModel serving raw strings."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lmfactory.components.example_gen import ingest
+from lmfactory.components.pretraining_data.executor import generate_pretraining_examples
+from lmfactory.models.tokenizers import write_tokenizer_config
+
+RESERVED = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+@pytest.fixture(scope="module")
+def bert_examples(tmp_path_factory, demo_data):
+    tmp = tmp_path_factory.mktemp("resume")
+    documents = (demo_data / "corpus.txt").read_text(encoding="utf-8").split("\n\n")[:120]
+    (tmp / "corpus.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    raw = tmp / "raw"
+    ingest({"format": "text", "path": str(tmp / "corpus.txt"), "eval_fraction": 0.1}, str(raw),
+           ["--direct_running_mode=in_memory"])
+    words = sorted({w.lower() for doc in documents for w in doc.split()})[:1500]
+    vocab = tmp / "vocab"
+    vocab.mkdir()
+    (vocab / "vocab.txt").write_text("\n".join(RESERVED + words) + "\n", encoding="utf-8")
+    write_tokenizer_config(str(vocab), {
+        "kind": "wordpiece", "vocabulary_file": "vocab.txt", "lowercase": True,
+        "strip_accents": True, "special_tokens": dict(zip(
+            ["pad", "unk", "cls", "sep", "mask"], RESERVED))})
+    examples = tmp / "examples"
+    generate_pretraining_examples(
+        {"train": str(raw / "Split-train"), "eval": str(raw / "Split-eval")}, str(vocab),
+        str(examples), {"objective": "bert_mlm_nsp", "max_seq_length": 32, "dupe_factor": 1,
+                        "max_predictions_per_seq": 5},
+        beam_pipeline_args=["--direct_running_mode=in_memory"])
+    return tmp, examples
+
+
+def _spec(tmp: Path, examples: Path, train_steps: int) -> dict:
+    return {
+        "train_files": [str(examples / "Split-train" / "*")],
+        "eval_files": [str(examples / "Split-eval" / "*")],
+        "serving_model_dir": str(tmp / "model" / "Format-Serving"),
+        "model_run_dir": str(tmp / "Trainer" / "model_run" / "7"),
+        "train_steps": train_steps, "eval_steps": 2,
+        "custom_config": {"architecture": "bert", "preset": "tiny", "batch_size": 8,
+                          "learning_rate": 1e-3, "steps_per_checkpoint": 10,
+                          "overrides": {"max_sequence_length": 32},
+                          "checkpoint_dir": str(tmp / "backup")},
+    }
+
+
+def _epochs(output: str) -> list[int]:
+    return [int(n) for n in re.findall(r"^Epoch (\d+)/\d+", output, flags=re.M)]
+
+
+def test_killed_training_resumes_from_last_checkpoint(bert_examples):
+    tmp, examples = bert_examples
+    spec = json.dumps(_spec(tmp, examples, train_steps=250))
+    command = [sys.executable, str(Path(__file__).with_name("run_fn_check.py")), spec]
+    metadata = tmp / "backup" / "training_metadata.json"
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and first.poll() is None:
+        if metadata.exists() and json.loads(metadata.read_text() or "{}").get("epoch", -1) >= 2:
+            break
+        time.sleep(0.1)
+    assert first.poll() is None, "training ended before it could be killed:\n" + \
+        first.communicate()[0][-2000:]
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    saved_epoch = json.loads(metadata.read_text())["epoch"]
+    assert not (tmp / "model" / "keras" / "model.keras").exists()
+
+    second = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    output = second.stdout + second.stderr
+    assert second.returncode == 0, output[-3000:]
+    assert "RUN_FN_DONE" in output
+    epochs = _epochs(output)
+    # training_metadata.json counts finished epochs; Keras numbers epochs from 1.
+    assert epochs[0] == saved_epoch + 1, (saved_epoch, epochs[:3])
+    assert epochs[-1] == 25
+    model = tmp / "model"
+    for name in ["keras/model.keras", "keras/backbone.weights.h5", "keras/model_config.json",
+                 "keras/vocabulary/vocab.txt", "Format-Serving/saved_model.pb"]:
+        assert (model / name).exists(), name
+    metrics = json.loads((tmp / "Trainer" / "model_run" / "7" / "metrics.json").read_text())
+    assert {"loss", "mlm_loss", "nsp_loss"} <= set(metrics)
+    assert not metadata.exists()  # the backup is removed once training completes
