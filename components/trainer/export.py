@@ -19,6 +19,12 @@ from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
 SERVING_SIGNATURE = "serving_default"
 
 
+def _check_batch_of_strings(name: str, values):
+    """Loaded signatures do not enforce their input shapes; say clearly what is expected."""
+    return tf.debugging.assert_rank(
+        values, 1, message=f"serving_default: {name!r} must be a 1-D batch of UTF-8 strings")
+
+
 class ClassifierServing(tf.Module):
     """``serving_default(<text feature>...) -> {probabilities [B, C], label [B]}``."""
 
@@ -33,6 +39,9 @@ class ClassifierServing(tf.Module):
 
         @tf.function(input_signature=specs)
         def classify(*texts):
+            with tf.control_dependencies([_check_batch_of_strings(name, text) for name, text
+                                          in zip(self.text_features, texts)]):
+                texts = [tf.identity(text) for text in texts]
             logits = self.model(self.preprocessor(tuple(texts)), training=False)
             probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
             return {"probabilities": probabilities,
@@ -52,6 +61,8 @@ class EncoderServing(tf.Module):
     def signature(self):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
         def encode(text):
+            with tf.control_dependencies([_check_batch_of_strings("text", text)]):
+                text = tf.identity(text)
             outputs = self.backbone(self.preprocessor(text), training=False)
             return {name: tf.cast(value, tf.float32) for name, value in outputs.items()}
 
@@ -83,6 +94,8 @@ class GeneratorServing(tf.Module):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="prompt")])
         def generate(prompt):
+            with tf.control_dependencies([_check_batch_of_strings("prompt", prompt)]):
+                prompt = tf.identity(prompt)
             token_ids = self.tokenizer(prompt)
             token_ids = token_ids[:, -(max_length - 1):]
             start = tf.fill([tf.shape(prompt)[0], 1], self.end_token_id)

@@ -8,14 +8,17 @@ encoded without an unknown token, and first splits text with a regex so merges n
 letter / digit / punctuation / whitespace boundaries.
 
 The files written here (``vocab.json``, ``merges.txt``) are read by
-``keras_nlp.tokenizers.BytePairTokenizer`` through :func:`lmfactory.models.tokenizers.load_tokenizer`.
+``keras_nlp.tokenizers.BytePairTokenizer`` through
+:func:`lmfactory.models.tokenizers.load_tokenizer`.
 """
 
 from __future__ import annotations
 
+import gc
 import heapq
 import json
 import logging
+import math
 import os
 import time
 from collections import defaultdict
@@ -53,7 +56,7 @@ def bytes_to_symbols(text: str) -> str:
 
 
 # --- Pre-tokenization --------------------------------------------------------------------
-# GPT-2's split regex is  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+# GPT-2's split regex:  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 # keras-hub's BytePairTokenizer runs it in RE2, which has no look-ahead, so it emulates
 # `\s+(?!\S)` in three steps: put a marker before every space that starts a word, split with
 # a look-ahead-free pattern, then split the last whitespace character (or marker) off each
@@ -63,6 +66,8 @@ _MARKER = "\u0966"  # the marker keras-hub uses ("६"); dropped from the output
 _RE2_SPACE = "\t\n\f\r "
 _EXTRA_SPACES = "\u00a0\u2009\u202f\u3000"
 _MARK_WORD_START = regex.compile(f"( )([^{_RE2_SPACE}{_EXTRA_SPACES}])")
+# keras-hub's "mark trailing whitespace" pattern, copied as it behaves: without brackets it
+# only fires on one space followed by exactly those four characters at the end.
 _MARK_TRAILING = regex.compile(f"([{_RE2_SPACE}]{_EXTRA_SPACES})\\Z")
 _WORD = regex.compile(
     r"'s|'t|'re|'ve|'m|'ll|'d"
@@ -135,7 +140,7 @@ class _PairStatistics:
         self.words_with: dict[int, set[int]] = defaultdict(set)
         for index, word in enumerate(words):
             for left, right in zip(word, word[1:]):
-                key = left << _PAIR_SHIFT | right
+                key = _key(left, right)
                 self.counts[key] += frequencies[index]
                 self.words_with[key].add(index)
         self.heap = [self._heap_entry(key) for key in self.counts]
@@ -159,7 +164,7 @@ class _PairStatistics:
 
     def merge(self, pair: tuple[int, int], new_symbol: int) -> None:
         """Rewrites every word holding ``pair`` with ``new_symbol`` and updates the counts."""
-        key = pair[0] << _PAIR_SHIFT | pair[1]
+        key = _key(*pair)
         grown: set[int] = set()
         for index in self.words_with.pop(key, ()):
             self._merge_in_word(index, pair, new_symbol, grown)
@@ -169,54 +174,77 @@ class _PairStatistics:
 
     def _merge_in_word(self, index: int, pair: tuple[int, int], new_symbol: int,
                        grown: set[int]) -> None:
-        """Merges ``pair`` left to right in one word (as GPT-2's encoder does) and moves the
-        counts of its neighbour pairs: (x, left) -> (x, new), (right, y) -> (new, y)."""
+        """Merges ``pair`` in one word, left to right as GPT-2's encoder does, and moves the
+        counts of the neighbour pairs: (x, left) -> (x, new) and (right, y) -> (new, y)."""
         word = self.words[index]
-        left, right = pair
-        starts, position, last = [], 0, len(word) - 1
-        while True:  # non-overlapping occurrences, scanning left to right
-            try:
-                position = word.index(left, position, last)
-            except ValueError:
-                break
-            if word[position + 1] == right:
-                starts.append(position)
-                position += 2
-            else:
-                position += 1
+        starts = _pair_starts(word, pair)
         if not starts:
             return  # stale entry: an earlier merge consumed the pair in this word
+        left, right = pair
         frequency, end = self.frequencies[index], len(word)
-        counts, words_with = self.counts, self.words_with
-        new_left, new_right = new_symbol << _PAIR_SHIFT, new_symbol
+        new_as_left = new_symbol << _PAIR_SHIFT  # pair keys: (a, b) -> a << _PAIR_SHIFT | b
         merged, previous_end = [], 0
         for start in starts:
             after = start + 2
-            if start == previous_end and start > 0:  # follows the previous merge: (new, new)
-                grown_key = new_left | new_symbol
+            if start > 0 and start == previous_end:  # right after the previous merge
+                self._add(new_as_left | new_symbol, frequency, index, grown)
             elif start > 0:
-                before = word[start - 1] << _PAIR_SHIFT
-                counts[before | left] -= frequency
-                grown_key = before | new_right
-            if start > 0:
-                counts[grown_key] += frequency
-                words_with[grown_key].add(index)
-                grown.add(grown_key)
+                before_as_left = word[start - 1] << _PAIR_SHIFT
+                self.counts[before_as_left | left] -= frequency
+                self._add(before_as_left | new_symbol, frequency, index, grown)
             if after < end:
-                following = word[after]
-                counts[right << _PAIR_SHIFT | following] -= frequency
-                next_merges_here = (following == left and after + 1 < end
-                                    and word[after + 1] == right)
-                if not next_merges_here:  # otherwise the next merge adds (new, new)
-                    grown_key = new_left | following
-                    counts[grown_key] += frequency
-                    words_with[grown_key].add(index)
-                    grown.add(grown_key)
+                self.counts[right << _PAIR_SHIFT | word[after]] -= frequency
+                if after not in starts:  # else the next merge adds (new, new)
+                    self._add(new_as_left | word[after], frequency, index, grown)
             merged.extend(word[previous_end:start])
             merged.append(new_symbol)
             previous_end = after
         merged.extend(word[previous_end:])
         self.words[index] = merged
+
+    def _add(self, key: int, frequency: int, index: int, grown: set[int]) -> None:
+        self.counts[key] += frequency
+        self.words_with[key].add(index)
+        grown.add(key)
+
+
+def _key(left: int, right: int) -> int:
+    return left << _PAIR_SHIFT | right
+
+
+def _pair_starts(word: list[int], pair: tuple[int, int]) -> list[int]:
+    """Start positions of the non-overlapping occurrences of ``pair``, scanning left to right."""
+    left, right = pair
+    starts, position, last = [], 0, len(word) - 1
+    while True:
+        try:
+            position = word.index(left, position, last)
+        except ValueError:
+            return starts
+        if word[position + 1] == right:
+            starts.append(position)
+            position += 2
+        else:
+            position += 1
+
+
+def _merge_until(vocab_size: int, min_frequency: int, spellings: list[str],
+                 symbol_ids: dict[str, int], statistics: _PairStatistics) -> list[tuple[str, str]]:
+    """Merges the most frequent pair until the vocabulary is full or pairs get too rare;
+    extends ``spellings`` / ``symbol_ids`` with the new symbols and returns the merges."""
+    merges = []
+    while len(spellings) < vocab_size - 1:
+        best = statistics.most_frequent()
+        if best is None or best[1] < min_frequency:
+            break
+        (left, right), _ = best
+        merged_spelling = spellings[left] + spellings[right]
+        if merged_spelling not in symbol_ids:  # two pairs can spell the same symbol
+            symbol_ids[merged_spelling] = len(spellings)
+            spellings.append(merged_spelling)
+        statistics.merge((left, right), symbol_ids[merged_spelling])
+        merges.append((spellings[left], spellings[right]))
+    return merges
 
 
 def learn_merges(word_counts: Iterable[tuple[str, int]], vocab_size: int,
@@ -238,31 +266,28 @@ def learn_merges(word_counts: Iterable[tuple[str, int]], vocab_size: int,
     (an index from pair to words) and a heap with lazy deletion picks the next pair, so the
     cost is about the number of symbol positions rewritten, not vocab_size x corpus.
     """
-    if vocab_size < len(BYTE_SYMBOLS) + 1:
-        raise ValueError(f"vocab_size must be at least {len(BYTE_SYMBOLS) + 1} for byte-level "
-                         f"BPE (256 bytes + {END_OF_TEXT}), got {vocab_size}")
+    if not len(BYTE_SYMBOLS) + 1 <= vocab_size <= MAX_VOCAB_SIZE:
+        raise ValueError(f"vocab_size for byte-level BPE must be in [{len(BYTE_SYMBOLS) + 1}, "
+                         f"{MAX_VOCAB_SIZE}] (256 bytes + merges + {END_OF_TEXT}), "
+                         f"got {vocab_size}")
     spellings = list(BYTE_SYMBOLS)
     symbol_ids = {symbol: index for index, symbol in enumerate(spellings)}
     words, frequencies = [], []
     for word, count in word_counts:
         words.append([symbol_ids[symbol] for symbol in word])
         frequencies.append(int(count))
-    statistics = _PairStatistics(words, frequencies, spellings)
-    merges = []
     started = time.perf_counter()
-    while len(spellings) < vocab_size - 1:
-        best = statistics.most_frequent()
-        if best is None or best[1] < min_frequency:
-            break
-        (left, right), _ = best
-        merged_spelling = spellings[left] + spellings[right]
-        if merged_spelling not in symbol_ids:  # two pairs can spell the same symbol
-            symbol_ids[merged_spelling] = len(spellings)
-            spellings.append(merged_spelling)
-        statistics.merge((left, right), symbol_ids[merged_spelling])
-        merges.append((spellings[left], spellings[right]))
-    logging.info("BPE: %d merges over %d distinct words in %.2fs", len(merges), len(words),
-                 time.perf_counter() - started)
+    collecting = gc.isenabled()
+    gc.disable()  # millions of small acyclic lists/tuples: cyclic GC passes would dominate
+    try:
+        merges = _merge_until(vocab_size, min_frequency, spellings, symbol_ids,
+                              _PairStatistics(words, frequencies, spellings))
+    finally:
+        if collecting:
+            gc.enable()
+    seconds = time.perf_counter() - started
+    logging.info("BPE learner: %d merges over %d distinct words in %.2fs (%.0f words/s)",
+                 len(merges), len(words), seconds, len(words) / max(seconds, 1e-9))
     return spellings + [END_OF_TEXT], merges
 
 
@@ -270,18 +295,18 @@ def learn_merges(word_counts: Iterable[tuple[str, int]], vocab_size: int,
 def encode_word(word: str, merge_ranks: dict[tuple[str, str], int]) -> list[str]:
     """Splits one pre-token (raw text) into BPE tokens the way GPT-2's encoder does.
 
-    Repeatedly merges the adjacent pair with the lowest merge rank until none is left.
-    A plain-Python reference for checking what the keras-nlp tokenizer produces.
+    Repeatedly merges the adjacent pair with the lowest merge rank (all its non-overlapping
+    occurrences, left to right) until no pair has a rank. A plain-Python reference for what
+    the keras-nlp tokenizer produces.
     """
     symbols = list(bytes_to_symbols(word))
     while len(symbols) > 1:
-        pairs = set(zip(symbols, symbols[1:]))
-        best = min(pairs, key=lambda pair: merge_ranks.get(pair, float("inf")))
+        best = min(zip(symbols, symbols[1:]), key=lambda pair: merge_ranks.get(pair, math.inf))
         if best not in merge_ranks:
             break
         merged, position = [], 0
         while position < len(symbols):
-            if position + 1 < len(symbols) and (symbols[position], symbols[position + 1]) == best:
+            if tuple(symbols[position:position + 2]) == best:
                 merged.append(symbols[position] + symbols[position + 1])
                 position += 2
             else:

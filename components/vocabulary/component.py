@@ -1,0 +1,70 @@
+"""VocabularyGen: a TFX component that learns a WordPiece or byte-level BPE vocabulary.
+
+    vocabulary_gen = VocabularyGen(examples=example_gen.outputs["examples"],
+                                   kind="wordpiece", vocab_size=30522)
+    vocabulary_gen.with_beam_pipeline_args([...])  # DirectRunner, Dataflow, Flink, Spark
+
+The output ``vocabulary`` artifact is a folder readable by
+:func:`lmfactory.models.tokenizers.load_tokenizer` (CONTRACTS §2).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from tfx import types
+from tfx.dsl.components.base import base_beam_component, executor_spec
+from tfx.types import standard_artifacts
+from tfx.types.component_spec import ChannelParameter, ExecutionParameter
+
+from lmfactory.components.artifacts import Vocabulary
+from lmfactory.components.vocabulary.executor import EXAMPLES_KEY, VOCABULARY_KEY, Executor
+
+
+class VocabularyGenSpec(types.ComponentSpec):
+    """Exec properties, input and output of VocabularyGen (lists travel as JSON strings)."""
+
+    PARAMETERS = {
+        "kind": ExecutionParameter(type=str),
+        "vocab_size": ExecutionParameter(type=int),
+        "text_features": ExecutionParameter(type=str, optional=True),
+        "splits": ExecutionParameter(type=str, optional=True),
+        "lowercase": ExecutionParameter(type=bool, optional=True),
+        "strip_accents": ExecutionParameter(type=bool, optional=True),
+        "min_frequency": ExecutionParameter(type=int, optional=True),
+        "max_unique_words": ExecutionParameter(type=int, optional=True),
+    }
+    INPUTS = {EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples)}
+    OUTPUTS = {VOCABULARY_KEY: ChannelParameter(type=Vocabulary)}
+
+
+class VocabularyGen(base_beam_component.BaseBeamComponent):
+    """Learns a sub-word vocabulary from the text features of an Examples artifact."""
+
+    SPEC_CLASS = VocabularyGenSpec
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
+
+    def __init__(self, examples: types.BaseChannel, kind: str, vocab_size: int,
+                 text_features: Sequence[str] = ("text",), splits: Sequence[str] = ("train",),
+                 lowercase: bool = True, strip_accents: bool = True, min_frequency: int = 2,
+                 max_unique_words: int = 1_000_000):
+        """Args:
+          examples: channel of ``Examples`` (GZIP TFRecords of tf.train.Example).
+          kind: "wordpiece" (BERT) or "bpe" (GPT-2 byte-level BPE).
+          vocab_size: target number of tokens, special tokens included.
+          text_features: bytes features holding text; values are split into lines on "\\n".
+          splits: which splits to learn from.
+          lowercase, strip_accents: WordPiece normalization (ignored for BPE).
+          min_frequency: WordPiece: lowest piece frequency searched; BPE: a pair must occur
+            this often to be merged.
+          max_unique_words: the learner sees at most this many distinct words, most
+            frequent first.
+        """
+        spec = VocabularyGenSpec(
+            examples=examples, vocabulary=types.Channel(type=Vocabulary), kind=kind,
+            vocab_size=vocab_size, text_features=json.dumps(list(text_features)),
+            splits=json.dumps(list(splits)), lowercase=bool(lowercase),
+            strip_accents=bool(strip_accents), min_frequency=min_frequency,
+            max_unique_words=max_unique_words)
+        super().__init__(spec=spec)

@@ -1,0 +1,225 @@
+"""Beam executor of VocabularyGen: Examples -> word counts -> WordPiece or byte-level BPE files.
+
+The scalable part runs in Beam: read the GZIP TFRecords of the chosen splits, pull the text
+features, pre-tokenize lines into words (in batches, with the tokenizer's own splitting
+rules), count words with a combiner (``CombinePerKey(sum)``, lifted before the shuffle on
+Dataflow / Flink / Spark) and keep the ``max_unique_words`` most frequent. The learner then
+runs once, on that (word, count) list, and writes the vocabulary folder (CONTRACTS §2).
+
+:func:`add_vocabulary_pipeline` adds these steps to any pipeline and :func:`learn_vocabulary`
+runs them on the runner the Beam args name; the TFX :class:`Executor` only unpacks artifacts.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+from typing import Any, Iterator, Mapping, Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from tfx.dsl.components.base import base_beam_executor
+from tfx.types import artifact_utils
+
+from lmfactory.components.vocabulary import bpe, wordpiece
+from lmfactory.models import tokenizers
+
+EXAMPLES_KEY = "examples"
+VOCABULARY_KEY = "vocabulary"
+KINDS = ("wordpiece", "bpe")
+_LINES_PER_BATCH = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabularyConfig:
+    """What to learn and from which features; mirrors the component's exec properties."""
+
+    kind: str
+    vocab_size: int
+    text_features: tuple[str, ...] = ("text",)
+    splits: tuple[str, ...] = ("train",)
+    lowercase: bool = True
+    strip_accents: bool = True
+    min_frequency: int = 2
+    max_unique_words: int = 1_000_000
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if self.min_frequency < 1 or self.max_unique_words < 1:
+            raise ValueError("min_frequency and max_unique_words must be positive, got "
+                             f"{self.min_frequency} and {self.max_unique_words}")
+        smallest = (len(bpe.BYTE_SYMBOLS) + 1 if self.kind == "bpe"
+                    else len(wordpiece.RESERVED_TOKENS) + 1)
+        if self.vocab_size < smallest:
+            raise ValueError(f"vocab_size for {self.kind} must be at least {smallest}, "
+                             f"got {self.vocab_size}")
+        if not self.text_features or not self.splits:
+            raise ValueError("text_features and splits must each name at least one entry")
+
+    @classmethod
+    def from_exec_properties(cls, properties: Mapping[str, Any]) -> "VocabularyConfig":
+        """Reads TFX exec properties (lists as JSON strings, booleans as ints)."""
+        def json_list(name, default):
+            value = properties.get(name)
+            if value is None or value == "":
+                return default
+            parsed = json.loads(value) if isinstance(value, str) else value
+            return (parsed,) if isinstance(parsed, str) else tuple(parsed)
+
+        def value_or(name, default):
+            value = properties.get(name)
+            return default if value is None else value
+
+        return cls(kind=properties["kind"], vocab_size=int(properties["vocab_size"]),
+                   text_features=json_list("text_features", ("text",)),
+                   splits=json_list("splits", ("train",)),
+                   lowercase=bool(value_or("lowercase", True)),
+                   strip_accents=bool(value_or("strip_accents", True)),
+                   min_frequency=int(value_or("min_frequency", 2)),
+                   max_unique_words=int(value_or("max_unique_words", 1_000_000)))
+
+
+# --- Pure steps (run on Beam workers) ----------------------------------------------------
+def text_lines(serialized_example: bytes, text_features: Sequence[str]) -> Iterator[str]:
+    """Non-blank lines of the named bytes features of one serialized ``tf.train.Example``."""
+    import tensorflow as tf
+
+    features = tf.train.Example.FromString(serialized_example).features.feature
+    for name in text_features:
+        if name not in features:
+            continue
+        for value in features[name].bytes_list.value:
+            for line in value.decode("utf-8", errors="replace").split("\n"):
+                if line.strip():
+                    yield line
+
+
+def count_words(lines: Sequence[str], config: VocabularyConfig) -> list[tuple[str, int]]:
+    """Pre-tokenizes a batch of lines the way the tokenizer of ``config.kind`` will, and
+    counts the words within the batch (less data to shuffle than one record per word)."""
+    if config.kind == "wordpiece":
+        words = wordpiece.pretokenize_lines(lines, config.lowercase, config.strip_accents)
+    else:
+        words = bpe.pretokenize_lines(lines)
+    return list(collections.Counter(words).items())
+
+
+def _frequency_rank(word_count: tuple[str, int]) -> tuple[int, str]:
+    word, count = word_count
+    return count, word  # ties cut by the word, so the kept set does not depend on the runner
+
+
+def learn_and_write(word_counts: list[tuple[str, int]], output_dir: str,
+                    config: VocabularyConfig, source: str) -> str:
+    """Runs the learner once on the counted words and writes the vocabulary folder."""
+    if not word_counts:
+        raise ValueError(f"No text to learn a vocabulary from: the text features "
+                         f"{list(config.text_features)} of {source} hold no words")
+    if config.kind == "wordpiece":
+        vocabulary = wordpiece.learn_vocabulary(word_counts, config.vocab_size,
+                                                config.min_frequency)
+        wordpiece.write_files(output_dir, vocabulary)
+        settings = wordpiece.tokenizer_config(config.lowercase, config.strip_accents)
+    else:
+        tokens, merges = bpe.learn_merges(word_counts, config.vocab_size, config.min_frequency)
+        bpe.write_files(output_dir, tokens, merges)
+        settings = bpe.tokenizer_config()
+    tokenizers.write_tokenizer_config(output_dir, settings)
+    return output_dir
+
+
+# --- Pipeline ----------------------------------------------------------------------------
+def _describe(file_patterns: Mapping[str, str]) -> str:
+    return ", ".join(f"split {split!r} ({pattern})" for split, pattern in file_patterns.items())
+
+
+def check_files_exist(file_patterns: Mapping[str, str]) -> None:
+    """Raises a ValueError naming the split whose file pattern matches no file."""
+    import tensorflow as tf
+
+    for split, pattern in file_patterns.items():
+        if not tf.io.gfile.glob(pattern):
+            raise ValueError(f"Split {split!r} has no records: no file matches {pattern}")
+
+
+def add_vocabulary_pipeline(pipeline: beam.Pipeline, file_patterns: Mapping[str, str],
+                            output_dir: str, config: VocabularyConfig) -> beam.PCollection:
+    """Adds read -> pre-tokenize -> count -> top-k -> learn -> write to ``pipeline``.
+
+    Args:
+      pipeline: the Beam pipeline (any runner).
+      file_patterns: split name -> glob of its GZIP TFRecord files of ``tf.train.Example``.
+      output_dir: the vocabulary folder to write.
+      config: what to learn.
+
+    Returns:
+      A PCollection holding ``output_dir`` once the files are written.
+    """
+    check_files_exist(file_patterns)
+    records = [pipeline | f"Read[{split}]" >> beam.io.ReadFromTFRecord(
+                   pattern, compression_type=CompressionTypes.GZIP)
+               for split, pattern in file_patterns.items()]
+    word_counts = (
+        records | "Flatten" >> beam.Flatten()
+        | "TextLines" >> beam.FlatMap(text_lines, config.text_features)
+        | "Batch" >> beam.BatchElements(min_batch_size=_LINES_PER_BATCH // 8,
+                                        max_batch_size=_LINES_PER_BATCH)
+        | "PreTokenize" >> beam.FlatMap(count_words, config)
+        | "CountWords" >> beam.CombinePerKey(sum))
+    return (word_counts
+            | "MostFrequent" >> beam.combiners.Top.Of(config.max_unique_words,
+                                                      key=_frequency_rank)
+            | "LearnAndWrite" >> beam.Map(learn_and_write, output_dir, config,
+                                          _describe(file_patterns)))
+
+
+def learn_vocabulary(file_patterns: Mapping[str, str], output_dir: str,
+                     config: VocabularyConfig,
+                     beam_pipeline_args: Sequence[str] | None = None) -> dict:
+    """Runs the vocabulary pipeline (DirectRunner unless ``beam_pipeline_args`` say otherwise)
+    and returns the written ``tokenizer.json`` content."""
+    with beam.Pipeline(argv=list(beam_pipeline_args or [])) as pipeline:
+        add_vocabulary_pipeline(pipeline, file_patterns, output_dir, config)
+    return tokenizers.read_tokenizer_config(output_dir)
+
+
+def split_file_patterns(examples, splits: Sequence[str]) -> dict[str, str]:
+    """Split name -> ``<uri>/Split-<name>/*.gz`` for a standard TFX Examples artifact."""
+    available = artifact_utils.decode_split_names(examples.split_names)
+    missing = [split for split in splits if split not in available]
+    if missing:
+        raise ValueError(f"Split(s) {missing} not in Examples artifact {examples.uri} "
+                         f"(it has {available})")
+    return {split: os.path.join(artifact_utils.get_split_uri([examples], split), "*.gz")
+            for split in splits}
+
+
+def vocabulary_size(output_dir: str) -> int:
+    """Number of tokens in a written vocabulary folder."""
+    import tensorflow as tf
+
+    settings = tokenizers.read_tokenizer_config(output_dir)
+    with tf.io.gfile.GFile(os.path.join(output_dir, settings["vocabulary_file"])) as f:
+        if settings["kind"] == "bpe":
+            return len(json.load(f))
+        return sum(1 for _ in f)
+
+
+# --- TFX executor ------------------------------------------------------------------------
+class Executor(base_beam_executor.BaseBeamExecutor):
+    """TFX executor: ``examples`` (Examples) -> ``vocabulary`` (lmfactory.Vocabulary)."""
+
+    def Do(self, input_dict: dict[str, list], output_dict: dict[str, list],
+           exec_properties: dict[str, Any]) -> None:
+        self._log_startup(input_dict, output_dict, exec_properties)
+        examples = artifact_utils.get_single_instance(input_dict[EXAMPLES_KEY])
+        vocabulary = artifact_utils.get_single_instance(output_dict[VOCABULARY_KEY])
+        config = VocabularyConfig.from_exec_properties(exec_properties)
+        file_patterns = split_file_patterns(examples, config.splits)
+        with self._make_beam_pipeline() as pipeline:
+            add_vocabulary_pipeline(pipeline, file_patterns, vocabulary.uri, config)
+        vocabulary.set_string_custom_property("kind", config.kind)
+        vocabulary.set_int_custom_property("vocabulary_size", vocabulary_size(vocabulary.uri))
