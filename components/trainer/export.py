@@ -19,10 +19,18 @@ from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
 SERVING_SIGNATURE = "serving_default"
 
 
+def _string_batch_spec(name: str) -> tf.TensorSpec:
+    # Unknown rank on purpose: a loaded signature does not enforce its declared shape, and a
+    # declared [None] would let TensorFlow fold the rank check below away.
+    return tf.TensorSpec(None, tf.string, name=name)
+
+
 def _check_batch_of_strings(name: str, values):
-    """Loaded signatures do not enforce their input shapes; say clearly what is expected."""
-    return tf.debugging.assert_rank(
+    """Fails a request whose input is not a 1-D batch, with a message saying so."""
+    check = tf.debugging.assert_rank(
         values, 1, message=f"serving_default: {name!r} must be a 1-D batch of UTF-8 strings")
+    with tf.control_dependencies([check]):
+        return tf.ensure_shape(values, [None])
 
 
 class ClassifierServing(tf.Module):
@@ -35,13 +43,12 @@ class ClassifierServing(tf.Module):
         self.text_features = list(text_features)
 
     def signature(self):
-        specs = [tf.TensorSpec([None], tf.string, name=name) for name in self.text_features]
+        specs = [_string_batch_spec(name) for name in self.text_features]
 
         @tf.function(input_signature=specs)
         def classify(*texts):
-            with tf.control_dependencies([_check_batch_of_strings(name, text) for name, text
-                                          in zip(self.text_features, texts)]):
-                texts = [tf.identity(text) for text in texts]
+            texts = [_check_batch_of_strings(name, text)
+                     for name, text in zip(self.text_features, texts)]
             logits = self.model(self.preprocessor(tuple(texts)), training=False)
             probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
             return {"probabilities": probabilities,
@@ -59,10 +66,9 @@ class EncoderServing(tf.Module):
         self.backbone = backbone
 
     def signature(self):
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        @tf.function(input_signature=[_string_batch_spec("text")])
         def encode(text):
-            with tf.control_dependencies([_check_batch_of_strings("text", text)]):
-                text = tf.identity(text)
+            text = _check_batch_of_strings("text", text)
             outputs = self.backbone(self.preprocessor(text), training=False)
             return {name: tf.cast(value, tf.float32) for name, value in outputs.items()}
 
@@ -92,10 +98,9 @@ class GeneratorServing(tf.Module):
         max_length = int(settings.pop("max_length", 64))
         sampler = settings.pop("sampler", "greedy")
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="prompt")])
+        @tf.function(input_signature=[_string_batch_spec("prompt")])
         def generate(prompt):
-            with tf.control_dependencies([_check_batch_of_strings("prompt", prompt)]):
-                prompt = tf.identity(prompt)
+            prompt = _check_batch_of_strings("prompt", prompt)
             token_ids = self.tokenizer(prompt)
             token_ids = token_ids[:, -(max_length - 1):]
             start = tf.fill([tf.shape(prompt)[0], 1], self.end_token_id)
