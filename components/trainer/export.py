@@ -30,7 +30,9 @@ def _check_batch_of_strings(name: str, values):
     check = tf.debugging.assert_rank(
         values, 1, message=f"serving_default: {name!r} must be a 1-D batch of UTF-8 strings")
     with tf.control_dependencies([check]):
-        return tf.ensure_shape(values, [None])
+        # reshape, not ensure_shape: a shape error at graph instantiation would pre-empt
+        # the message above.
+        return tf.reshape(values, [-1])
 
 
 class ClassifierServing(tf.Module):
