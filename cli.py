@@ -14,18 +14,40 @@ import sys
 import time
 
 
+class _ProgressFilter(logging.Filter):
+    """Keeps what a user follows a run by: components starting and finishing, this package's
+    own summaries, and every error."""
+
+    PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        if (record.pathname.startswith(self.PACKAGE_DIR + os.sep)
+                and "site-packages" not in record.pathname):
+            return record.levelno >= logging.INFO
+        message = record.getMessage()
+        return message.startswith("Component ") and message.endswith(
+            ("is running.", "is finished."))
+
+
 def _configure_logging(verbose: bool) -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
-                        force=True)
+    if not verbose:
+        # Inherited by Beam's worker processes too.
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        os.environ.setdefault("PYTHONWARNINGS", "ignore")
+        import warnings
+
+        warnings.simplefilter("ignore")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    if not verbose:
+        handler.addFilter(_ProgressFilter())
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     from absl import logging as absl_logging
 
-    absl_logging.set_verbosity(absl_logging.INFO if verbose else absl_logging.WARNING)
-    if not verbose:
-        # Component start/finish lines are the progress a user wants; per-op chatter is not.
-        for noisy in ("apache_beam", "tensorflow", "absl", "root"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
-        logging.getLogger("tfx").setLevel(logging.INFO)
+    absl_logging.set_verbosity(absl_logging.INFO)
+    absl_logging.use_python_logging(quiet=True)
 
 
 def _parser() -> argparse.ArgumentParser:

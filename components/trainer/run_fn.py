@@ -160,8 +160,10 @@ def _checkpoint_dir(fn_args, config) -> str:
 
 
 def _fit(task_model, train_data, eval_data, fn_args, config) -> dict:
-    steps_per_epoch = max(1, min(config.steps_per_checkpoint, fn_args.train_steps))
-    epochs = math.ceil(fn_args.train_steps / steps_per_epoch)
+    # One Keras "epoch" per checkpoint interval; the step count is kept as close to the
+    # requested one as whole intervals allow.
+    epochs = math.ceil(fn_args.train_steps / config.steps_per_checkpoint)
+    steps_per_epoch = math.ceil(fn_args.train_steps / epochs)
     callbacks = [
         keras.callbacks.BackupAndRestore(_checkpoint_dir(fn_args, config)),
         keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),

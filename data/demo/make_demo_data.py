@@ -5,11 +5,11 @@
 * corpus.txt: WikiText-2 (v1) validation split, re-laid out in the BERT pretraining-corpus
   convention: one sentence per line, a blank line between documents (one document per
   paragraph; section headings dropped).
-* sst2/train.tsv: a fixed random 20,000-row sample of GLUE SST-2 train; sst2/dev.tsv: the
-  full GLUE SST-2 dev set (872 rows).
+* sst2/train.tsv, sst2/dev.tsv: GLUE SST-2 train (67,349 rows) and dev (872 rows) as
+  published. (A 20,000-row sample was tried first: dev accuracy 0.748-0.756, too close to the
+  demo's 0.75 blessing threshold.)
 """
 
-import random
 import re
 import sys
 from pathlib import Path
@@ -31,14 +31,11 @@ def main(shared: Path, out: Path) -> None:
     docs = list(wikitext_documents(shared / "wikitext-2" / "valid.txt"))
     (out / "corpus.txt").write_text(
         "\n\n".join("\n".join(doc) for doc in docs) + "\n", encoding="utf-8")
-    rows = (shared / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()
-    header, rows = rows[0], rows[1:]
-    sample = random.Random(20260101).sample(rows, 20_000)
     (out / "sst2").mkdir(exist_ok=True)
-    (out / "sst2" / "train.tsv").write_text("\n".join([header, *sample]) + "\n", encoding="utf-8")
-    dev = (shared / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8")
-    (out / "sst2" / "dev.tsv").write_text(dev, encoding="utf-8")
-    print(f"{len(docs)} documents, {sum(map(len, docs))} sentences; 20000 train rows")
+    for split in ("train", "dev"):
+        source = shared / "glue" / "SST-2" / f"{split}.tsv"
+        (out / "sst2" / f"{split}.tsv").write_bytes(source.read_bytes())
+    print(f"{len(docs)} documents, {sum(map(len, docs))} sentences")
 
 
 if __name__ == "__main__":
