@@ -16,8 +16,6 @@ from importlib import resources
 import yaml
 
 RECIPE_SUFFIX = ".yaml"
-OBJECTIVES = ("bert_mlm_nsp", "causal_lm")
-TOKENIZER_KINDS = ("wordpiece", "bpe")
 FORMATS = ("text", "tsv", "csv", "jsonl", "tfds")
 TASKS = ("classification", "causal_lm")
 METRICS = ("accuracy", "f1", "macro_f1", "perplexity")
@@ -34,7 +32,8 @@ DEFAULTS = {
                   "short_seq_prob": 0.1, "dupe_factor": 5, "whole_word_masking": False,
                   "dynamic_masking": False, "seed": 12345},
     "pretraining": {"steps": 1000, "batch_size": 32, "learning_rate": 1e-4,
-                    "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10},
+                    "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10,
+                    "task_args": {}},
     "finetuning": {"steps": 1000, "batch_size": 32, "learning_rate": 5e-5,
                    "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10,
                    "sequence_length": 128, "text_features": ["sentence"], "num_classes": 2},
@@ -202,9 +201,13 @@ def validate(recipe: dict) -> dict:
         check.fraction(f"{stage}.learning_rate", 1e-8, 1.0)
         check.fraction(f"{stage}.warmup_fraction", 0.0, 0.99)
         check.fraction(f"{stage}.weight_decay", 0.0, 1.0)
+    if not isinstance(recipe["pretraining"].get("task_args", {}), dict):
+        raise RecipeError("pretraining.task_args", "must be a mapping of the objective's task "
+                                                   "model arguments")
     task = check.choice("finetuning.task", TASKS)
+    family = models.get(architecture).family
     if task == "classification":
-        if objective != "bert_mlm_nsp":
+        if family != "encoder":
             raise RecipeError("finetuning.task", "classification fine-tuning needs an encoder")
         _check_source(check, "data.task")
         check.string_list("finetuning.text_features")
@@ -213,7 +216,7 @@ def validate(recipe: dict) -> dict:
         check.positive_int("finetuning.num_classes")
         check.positive_int("finetuning.sequence_length")
     else:
-        if objective != "causal_lm":
+        if family != "decoder" or objective != "causal_lm":
             raise RecipeError("finetuning.task", "causal_lm fine-tuning needs a decoder")
         _check_source(check, "data.target_corpus")
     check.choice("evaluation.metric", METRICS)

@@ -26,11 +26,6 @@ CHECKPOINT_FORMAT = "lmfactory.backbone"
 CHECKPOINT_CONFIG = "config.json"
 CHECKPOINT_WEIGHTS = "model.weights.h5"
 
-# Hugging Face `model_type` -> fn(name, path, hf_config) -> backbone. Filled by the
-# converters when they land; until then such folders are rejected with a clear error.
-_HF_CONVERTERS: dict = {}
-
-
 def presets(name: str) -> dict:
     """Preset name -> backbone constructor kwargs of architecture ``name`` (a copy)."""
     return {preset: dict(config) for preset, config in get(name).presets.items()}
@@ -82,38 +77,48 @@ def save_checkpoint(backbone, path, preset: str | None = None) -> None:
     backbone.save_weights(_join(path, CHECKPOINT_WEIGHTS))
 
 
+def checkpoint_format(path) -> str:
+    """What kind of checkpoint folder ``path`` is: ``"lmfactory"`` (written by
+    `save_checkpoint`), ``"huggingface"`` (``config.json`` with a ``model_type``) or
+    ``"tf_checkpoint"`` (an original TensorFlow checkpoint: a ``*.ckpt*.index`` file)."""
+    import tensorflow as tf
+
+    path = os.fspath(path)
+    if not tf.io.gfile.isdir(path):
+        raise FileNotFoundError(f"Checkpoint folder {path!r} does not exist")
+    config_path = _join(path, CHECKPOINT_CONFIG)
+    if tf.io.gfile.exists(config_path):
+        with tf.io.gfile.GFile(config_path, "r") as f:
+            config = json.load(f)
+        if config.get("format") == CHECKPOINT_FORMAT:
+            return "lmfactory"
+        if "model_type" in config:
+            return "huggingface"
+    if tf.io.gfile.glob(_join(path, "*.index")):
+        return "tf_checkpoint"
+    raise ValueError(f"{path!r} is not a checkpoint folder lmfactory reads: expected an "
+                     f"lmfactory {CHECKPOINT_CONFIG}, a Hugging Face {CHECKPOINT_CONFIG} with "
+                     f"'model_type', or a TensorFlow checkpoint (*.index)")
+
+
 def load_checkpoint(name: str, path):
     """Loads a backbone of architecture ``name`` from the folder ``path``.
 
-    Reads folders written by `save_checkpoint`. A folder holding a Hugging Face
-    ``config.json`` (one with ``model_type``) needs a converter, which is not registered
-    yet for any architecture: that raises a ValueError.
+    Reads folders written by `save_checkpoint`, and published checkpoints through the
+    architecture's converters (`Architecture.converters`): a Hugging Face folder
+    (``config.json`` + ``model.safetensors``) or an original TensorFlow checkpoint.
     """
     import tensorflow as tf
 
     arch = get(name)
-    config_path = _join(path, CHECKPOINT_CONFIG)
-    if not tf.io.gfile.exists(config_path):
-        raise FileNotFoundError(f"No {CHECKPOINT_CONFIG} in checkpoint folder {path!r}")
-    with tf.io.gfile.GFile(config_path, "r") as f:
+    kind = checkpoint_format(path)
+    if kind != "lmfactory":
+        return arch.converter(kind)(os.fspath(path))
+    with tf.io.gfile.GFile(_join(path, CHECKPOINT_CONFIG), "r") as f:
         config = json.load(f)
-
-    if config.get("format") != CHECKPOINT_FORMAT and "model_type" in config:
-        model_type = config["model_type"]
-        if model_type not in _HF_CONVERTERS:
-            raise ValueError(
-                f"{path!r} holds a Hugging Face checkpoint (model_type={model_type!r}); "
-                f"the Hugging Face converter for {model_type!r} is not registered yet, so "
-                f"it cannot be loaded as {name!r}. Registered converters: "
-                f"{sorted(_HF_CONVERTERS)}")
-        return _HF_CONVERTERS[model_type](name, path, config)
-    if config.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{config_path} is not an lmfactory checkpoint "
-                         f"(expected format {CHECKPOINT_FORMAT!r})")
     if config.get("architecture") != name:
         raise ValueError(f"{path!r} holds a {config.get('architecture')!r} checkpoint, "
                          f"not {name!r}")
-
     backbone = arch.backbone_cls.from_config(config["config"])
     backbone.load_weights(_join(path, CHECKPOINT_WEIGHTS))
     return backbone
@@ -123,6 +128,7 @@ __all__ = [
     "Architecture",
     "backbone_arguments",
     "build",
+    "checkpoint_format",
     "get",
     "load_checkpoint",
     "names",

@@ -1,8 +1,10 @@
 """Raw strings -> packed model inputs for sentence (pair) classification.
 
 BERT §3 / Fig. 2: ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` with segment ids 0 / 1.
-The same layer runs inside tf.data during fine-tuning and inside the pushed SavedModel, so
-training and serving tokenize identically.
+RoBERTa (fairseq's sentence-pair format): ``<s> A </s></s> B </s>``. Which tokens play the
+``cls`` / ``sep`` / ``pad`` roles comes from the vocabulary folder (CONTRACTS §2), the layout
+from the architecture's registry record. The same layer runs inside tf.data during
+fine-tuning and inside the pushed SavedModel, so training and serving tokenize identically.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ import keras
 import keras_nlp
 import tensorflow as tf
 
+BERT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}
+LAYOUTS = ("bert", "roberta")
+
 
 @keras.saving.register_keras_serializable(package="lmfactory")
 class ClassifierPreprocessor(keras.layers.Layer):
@@ -18,16 +23,37 @@ class ClassifierPreprocessor(keras.layers.Layer):
 
     Segments over-length are trimmed with the "round_robin" strategy, as BERT's
     ``_truncate_seq_pair`` removes a token from the longer segment at a time.
+
+    Args:
+        tokenizer: a keras-nlp tokenizer (``models.tokenizers.load_tokenizer``).
+        sequence_length: packed length, special tokens included.
+        special_tokens: the tokens of the roles ``cls``, ``sep`` and ``pad``.
+        layout: ``"bert"`` (one separator between segments) or ``"roberta"`` (two).
     """
 
-    def __init__(self, tokenizer, sequence_length: int = 128, **kwargs):
+    def __init__(self, tokenizer, sequence_length: int = 128, special_tokens=None,
+                 layout: str = "bert", **kwargs):
         super().__init__(**kwargs)
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         self.tokenizer = tokenizer
         self.sequence_length = sequence_length
+        self.special_tokens = dict(special_tokens or BERT_SPECIAL_TOKENS)
+        self.layout = layout
+        ids = {}
+        for role in ("cls", "sep", "pad"):
+            if role not in self.special_tokens:
+                raise ValueError(f"special_tokens needs a {role!r} token, got "
+                                 f"{self.special_tokens}")
+            ids[role] = tokenizer.token_to_id(self.special_tokens[role])
+            if ids[role] is None:
+                raise ValueError(f"The {role} token {self.special_tokens[role]!r} is not in "
+                                 f"the vocabulary")
         self.packer = keras_nlp.layers.MultiSegmentPacker(
-            start_value=tokenizer.token_to_id("[CLS]"),
-            end_value=tokenizer.token_to_id("[SEP]"),
-            pad_value=tokenizer.token_to_id("[PAD]"),
+            start_value=ids["cls"],
+            end_value=ids["sep"],
+            sep_value=[ids["sep"]] * (2 if layout == "roberta" else 1),
+            pad_value=ids["pad"],
             truncate="round_robin",
             sequence_length=sequence_length,
         )
@@ -45,10 +71,34 @@ class ClassifierPreprocessor(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update({"tokenizer": keras.saving.serialize_keras_object(self.tokenizer),
-                       "sequence_length": self.sequence_length})
+                       "sequence_length": self.sequence_length,
+                       "special_tokens": self.special_tokens,
+                       "layout": self.layout})
         return config
 
     @classmethod
     def from_config(cls, config):
         config["tokenizer"] = keras.saving.deserialize_keras_object(config["tokenizer"])
         return cls(**config)
+
+
+def classifier_preprocessor(vocab_dir: str, architecture: str,
+                            sequence_length: int) -> ClassifierPreprocessor:
+    """The preprocessor of ``architecture`` over the vocabulary folder ``vocab_dir``."""
+    from lmfactory import models
+    from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
+
+    specials = read_tokenizer_config(vocab_dir).get("special_tokens", {})
+    return ClassifierPreprocessor(
+        load_tokenizer(vocab_dir), sequence_length=sequence_length,
+        special_tokens={role: specials[role] for role in ("cls", "sep", "pad")
+                        if role in specials} or None,
+        layout=models.get(architecture).segment_layout)
+
+
+def select_inputs(model, packed: dict) -> dict:
+    """The entries of ``packed`` that ``model`` (a functional Keras model with dict inputs)
+    takes: backbones without segment embeddings (RoBERTa, DistilBERT) take no
+    ``segment_ids``."""
+    names = model.input.keys() if isinstance(model.input, dict) else packed.keys()
+    return {name: packed[name] for name in names}

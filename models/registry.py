@@ -1,17 +1,27 @@
 """The architecture registry: one `Architecture` record per model family.
 
-Each model folder (``models/bert``, ``models/gpt2``) registers itself when imported, so the
-pipeline components find architectures by name (``"bert"``, ``"gpt2"``) without importing
-model code directly.
+Each model folder (``models/bert``, ``models/gpt2``, ...) registers itself when imported, so
+the pipeline components find everything about an architecture by name: its backbone, the
+task model of each pretraining objective, its tokenizer and special tokens, how it packs
+sentence pairs, and the converters that load published checkpoints. A new architecture is
+a new folder, not edits across the tree.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Callable, Mapping, Optional
 
 FAMILIES = ("encoder", "decoder")
-TOKENIZER_KINDS = ("wordpiece", "bpe")
+TOKENIZER_KINDS = ("wordpiece", "bpe", "sentencepiece")
+# How a classifier packs one or two segments (see models/classifier_preprocessor.py):
+# "bert": [CLS] A [SEP] B [SEP]; "roberta": <s> A </s></s> B </s> (two separators between).
+SEGMENT_LAYOUTS = ("bert", "roberta")
+# Checkpoint formats a converter can read (see models/__init__.py `load_checkpoint`):
+# "huggingface": a folder with config.json (model_type) + model.safetensors;
+# "tf_checkpoint": an original TensorFlow checkpoint (e.g. google-research/bert's
+# bert_config.json + bert_model.ckpt.*).
+CHECKPOINT_FORMATS = ("huggingface", "tf_checkpoint")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,23 +34,36 @@ class Architecture:
             ``"decoder"`` (left-to-right, used for generation).
         backbone_cls: the `keras.Model` subclass of the bare network.
         presets: preset name -> constructor kwargs of ``backbone_cls`` (plain dicts).
-        tokenizer_kind: ``"wordpiece"`` or ``"bpe"`` (see ``models/tokenizers.py``).
-        objectives: pretraining objectives it supports (CONTRACTS §3 ``objective``).
-        pretrainer_cls: the task model trained on those objectives.
-        classifier_cls: task model for sequence classification, or None.
+        tokenizer_kind: ``"wordpiece"``, ``"bpe"`` or ``"sentencepiece"``
+            (see ``models/tokenizers.py``).
+        pretrainers: pretraining objective (CONTRACTS §3 ``objective``) -> the task model
+            trained on it, constructed as ``cls(backbone, **task_args)``. A class with
+            ``needs_teacher = True`` (distillation) is constructed as
+            ``cls(backbone, teacher=teacher_backbone, **task_args)``.
+        classifier_cls: task model for sequence classification, ``cls(backbone,
+            num_classes=K)``, or None.
         causal_lm_cls: task model for generation, or None.
+        special_tokens: role -> token the vocabulary must reserve (roles: ``pad``, ``unk``,
+            ``cls``, ``sep``, ``mask``, ``end_of_text``); None = the tokenizer kind's default.
+        segment_layout: how sentence pairs are packed, one of ``SEGMENT_LAYOUTS``.
+        converters: checkpoint format -> ``fn(path) -> backbone`` loading published weights.
+        hf_model_types: the Hugging Face ``model_type`` values the "huggingface" converter
+            reads (e.g. ``("bert",)``).
         paper: citation of the paper the implementation follows.
     """
 
     name: str
     family: str
     backbone_cls: type
-    presets: dict
+    presets: Mapping
     tokenizer_kind: str
-    objectives: tuple
-    pretrainer_cls: type
+    pretrainers: Mapping
     classifier_cls: Optional[type] = None
     causal_lm_cls: Optional[type] = None
+    special_tokens: Optional[Mapping] = None
+    segment_layout: str = "bert"
+    converters: Mapping = dataclasses.field(default_factory=dict)
+    hf_model_types: tuple = ()
     paper: str = ""
 
     def __post_init__(self):
@@ -52,6 +75,33 @@ class Architecture:
                              f"{TOKENIZER_KINDS}, got {self.tokenizer_kind!r}")
         if not self.presets:
             raise ValueError(f"Architecture {self.name!r} has no presets")
+        if not self.pretrainers:
+            raise ValueError(f"Architecture {self.name!r} has no pretraining objective")
+        if self.segment_layout not in SEGMENT_LAYOUTS:
+            raise ValueError(f"Architecture {self.name!r}: segment_layout must be one of "
+                             f"{SEGMENT_LAYOUTS}, got {self.segment_layout!r}")
+        unknown = sorted(set(self.converters) - set(CHECKPOINT_FORMATS))
+        if unknown:
+            raise ValueError(f"Architecture {self.name!r}: unknown checkpoint format(s) "
+                             f"{unknown}; known: {CHECKPOINT_FORMATS}")
+
+    @property
+    def objectives(self) -> tuple:
+        """The pretraining objectives it trains, in registration order."""
+        return tuple(self.pretrainers)
+
+    def pretrainer(self, objective: str) -> type:
+        if objective not in self.pretrainers:
+            raise ValueError(f"Architecture {self.name!r} does not train objective "
+                             f"{objective!r}; it trains {self.objectives}")
+        return self.pretrainers[objective]
+
+    def converter(self, checkpoint_format: str) -> Callable:
+        if checkpoint_format not in self.converters:
+            raise ValueError(f"Architecture {self.name!r} has no converter for "
+                             f"{checkpoint_format!r} checkpoints; it reads "
+                             f"{sorted(self.converters) or 'none'}")
+        return self.converters[checkpoint_format]
 
 
 _REGISTRY: dict[str, Architecture] = {}
@@ -88,3 +138,8 @@ def find_by_backbone(backbone) -> Architecture:
             return arch
     raise ValueError(f"{cls.__name__} is not the backbone of a registered architecture "
                      f"({names()})")
+
+
+def find_by_hf_model_type(model_type: str) -> list[Architecture]:
+    """Architectures whose Hugging Face converter reads ``model_type``."""
+    return [arch for arch in _REGISTRY.values() if model_type in arch.hf_model_types]

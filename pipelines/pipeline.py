@@ -57,6 +57,7 @@ def _trainer_config(recipe: dict, stage: str, task: dict | None) -> dict:
         "steps_per_checkpoint": runtime["steps_per_checkpoint"],
         "seed": runtime["seed"],
         "generation": recipe["serving"]["generation"],
+        "task_args": settings.get("task_args", {}),
     }
 
 

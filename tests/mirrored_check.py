@@ -46,7 +46,7 @@ def train_one_step(strategy, initial_weights):
     with strategy.scope():
         backbone = models.build("bert", "tiny", vocabulary_size=VOCAB, dropout=0.0,
                                 max_sequence_length=LENGTH)
-        model = models.get("bert").pretrainer_cls(backbone)
+        model = models.get("bert").pretrainer("bert_mlm_nsp")(backbone)
         model.set_weights(initial_weights)
         model.compile(optimizer=make_optimizer(1e-2, total_steps=10, warmup_fraction=0.0))
     data = tf.data.Dataset.from_tensors(global_batch())
@@ -58,7 +58,7 @@ def main():
     keras.utils.set_random_seed(1)
     backbone = models.build("bert", "tiny", vocabulary_size=VOCAB, dropout=0.0,
                             max_sequence_length=LENGTH)
-    initial = models.get("bert").pretrainer_cls(backbone).get_weights()
+    initial = models.get("bert").pretrainer("bert_mlm_nsp")(backbone).get_weights()
     single_loss, single_weights = train_one_step(tf.distribute.get_strategy(), initial)
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     mirrored_loss, mirrored_weights = train_one_step(mirrored, initial)

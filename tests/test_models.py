@@ -100,8 +100,8 @@ def test_registry_lists_both_architectures():
     assert isinstance(bert_arch, registry.Architecture)
     assert (bert_arch.family, bert_arch.tokenizer_kind, bert_arch.objectives) == (
         "encoder", "wordpiece", ("bert_mlm_nsp",))
-    assert (bert_arch.backbone_cls, bert_arch.pretrainer_cls, bert_arch.classifier_cls,
-            bert_arch.causal_lm_cls) == (BertBackbone, BertPretrainer, BertClassifier, None)
+    assert (bert_arch.backbone_cls, bert_arch.pretrainer("bert_mlm_nsp"),
+            bert_arch.classifier_cls, bert_arch.causal_lm_cls) == (BertBackbone, BertPretrainer, BertClassifier, None)
     assert (gpt2_arch.family, gpt2_arch.tokenizer_kind, gpt2_arch.objectives) == (
         "decoder", "bpe", ("causal_lm",))
     assert gpt2_arch.causal_lm_cls is GPT2CausalLM and gpt2_arch.classifier_cls is None
@@ -544,13 +544,17 @@ def test_checkpoint_round_trip(name, bert, gpt2, tmp_path):
         models.load_checkpoint(other, tmp_path / "ckpt")
 
 
-def test_load_checkpoint_hugging_face_folder_not_yet_supported(tmp_path):
+def test_load_checkpoint_rejects_formats_without_a_converter(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(
-        {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12}))
-    with pytest.raises(ValueError, match="Hugging Face.*not registered"):
-        models.load_checkpoint("bert", tmp_path)
-    with pytest.raises(FileNotFoundError):
+        {"model_type": "gpt2", "n_embd": 768, "n_layer": 12}))
+    assert models.checkpoint_format(tmp_path) == "huggingface"
+    with pytest.raises(ValueError, match="'gpt2' has no converter for 'huggingface'"):
+        models.load_checkpoint("gpt2", tmp_path)
+    with pytest.raises(FileNotFoundError, match="missing"):
         models.load_checkpoint("bert", tmp_path / "missing")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a checkpoint folder"):
+        models.load_checkpoint("bert", tmp_path)
 
 
 # --------------------------------------------------------------------------- sizes

@@ -25,6 +25,9 @@ class TrainerConfig:
     checkpoint_dir: str | None = None
     seed: int = 0
     generation: dict = dataclasses.field(default_factory=dict)
+    # Extra constructor arguments of the objective's task model (e.g. ELECTRA's
+    # generator size and RTD weight, a distiller's loss weights).
+    task_args: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainerConfig":

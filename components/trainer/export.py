@@ -13,7 +13,7 @@ import logging
 
 import tensorflow as tf
 
-from lmfactory.models.classifier_preprocessor import ClassifierPreprocessor
+from lmfactory.models.classifier_preprocessor import classifier_preprocessor, select_inputs
 from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
 
 SERVING_SIGNATURE = "serving_default"
@@ -51,7 +51,8 @@ class ClassifierServing(tf.Module):
         def classify(*texts):
             texts = [_check_batch_of_strings(name, text)
                      for name, text in zip(self.text_features, texts)]
-            logits = self.model(self.preprocessor(tuple(texts)), training=False)
+            packed = select_inputs(self.model, self.preprocessor(tuple(texts)))
+            logits = self.model(packed, training=False)
             probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
             return {"probabilities": probabilities,
                     "label": tf.argmax(probabilities, axis=-1, output_type=tf.int64)}
@@ -71,7 +72,8 @@ class EncoderServing(tf.Module):
         @tf.function(input_signature=[_string_batch_spec("text")])
         def encode(text):
             text = _check_batch_of_strings("text", text)
-            outputs = self.backbone(self.preprocessor(text), training=False)
+            packed = select_inputs(self.backbone, self.preprocessor(text))
+            outputs = self.backbone(packed, training=False)
             return {name: tf.cast(value, tf.float32) for name, value in outputs.items()}
 
         return encode.get_concrete_function()
@@ -133,7 +135,7 @@ def export_serving_model(task_model, vocab_dir: str, model_config: dict, export_
     else:
         sequence_length = task.get("sequence_length", 128)
         module = EncoderServing(
-            ClassifierPreprocessor(load_tokenizer(vocab_dir), sequence_length=sequence_length),
+            classifier_preprocessor(vocab_dir, model_config["architecture"], sequence_length),
             task_model.backbone)
     tf.saved_model.save(module, export_dir, signatures={SERVING_SIGNATURE: module.signature()})
     logging.info("Exported %s SavedModel to %s", type(module).__name__, export_dir)

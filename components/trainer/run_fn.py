@@ -29,7 +29,7 @@ from lmfactory.components.trainer import task_data
 from lmfactory.components.trainer.config import TrainerConfig
 from lmfactory.components.trainer.optimization import make_optimizer
 from lmfactory.components.trainer.strategy import make_strategy
-from lmfactory.models.classifier_preprocessor import ClassifierPreprocessor
+from lmfactory.models.classifier_preprocessor import classifier_preprocessor
 from lmfactory.models.tokenizers import load_tokenizer
 
 KERAS_DIR = "keras"
@@ -67,17 +67,15 @@ def run_fn(fn_args) -> None:
 def _train_language_model(fn_args, config, examples_uri, strategy) -> dict:
     data_config = pretraining_features.read_pretraining_config(examples_uri)
     vocab_dir = os.path.join(examples_uri, VOCABULARY_DIR)
-    architecture = models.get(config.architecture)
-    if data_config["objective"] not in architecture.objectives:
-        raise ValueError(
-            f"Examples were made for objective {data_config['objective']!r} but architecture "
-            f"{config.architecture!r} trains {architecture.objectives}")
+    task_cls = models.get(config.architecture).pretrainer(data_config["objective"])
     vocabulary_size = load_tokenizer(vocab_dir).vocabulary_size()
     with strategy.scope():
-        backbone = _backbone(config, vocabulary_size, fn_args.base_model)
-        task_cls = (architecture.pretrainer_cls if data_config["objective"] == "bert_mlm_nsp"
-                    else architecture.causal_lm_cls)
-        task_model = task_cls(backbone)
+        if getattr(task_cls, "needs_teacher", False):
+            task_model, backbone = _distiller(task_cls, config, vocabulary_size,
+                                              fn_args.base_model)
+        else:
+            backbone = _backbone(config, vocabulary_size, fn_args.base_model)
+            task_model = task_cls(backbone, **config.task_args)
         task_model.compile(optimizer=make_optimizer(
             config.learning_rate, fn_args.train_steps, config.warmup_fraction,
             config.weight_decay, config.clip_norm), jit_compile=config.jit_compile)
@@ -91,18 +89,36 @@ def _train_language_model(fn_args, config, examples_uri, strategy) -> dict:
                 task={"kind": "language_model", "objective": data_config["objective"]})
 
 
+def _distiller(task_cls, config, vocabulary_size: int, teacher_model: str | None):
+    """A distillation task model: a fresh student (this recipe's architecture and preset)
+    taught by the backbone of the ``teacher_model`` Model artifact (any architecture)."""
+    if not teacher_model:
+        raise ValueError(f"{task_cls.__name__} distils a teacher: give the Trainer the "
+                         f"teacher Model artifact as base_model")
+    teacher, _ = load_model_backbone(teacher_model)
+    if backbone_vocabulary_size(teacher) != vocabulary_size:
+        raise ValueError(f"The teacher's vocabulary ({backbone_vocabulary_size(teacher)} "
+                         f"tokens) differs from the examples' ({vocabulary_size})")
+    student = models.build(config.architecture, config.preset,
+                           **_backbone_overrides(config, vocabulary_size))
+    if hasattr(task_cls, "initialize_student"):
+        task_cls.initialize_student(student, teacher)
+    return task_cls(student, teacher=teacher, **config.task_args), student
+
+
 def _train_classifier(fn_args, config, strategy) -> dict:
     if not fn_args.base_model:
         raise ValueError("Fine-tuning a classifier needs a base_model (the pretrained Model).")
     task = config.task
     vocab_dir = os.path.join(keras_dir_of(fn_args.base_model), VOCABULARY_DIR)
-    tokenizer = load_tokenizer(vocab_dir)
-    preprocessor = ClassifierPreprocessor(tokenizer, sequence_length=task["sequence_length"])
+    preprocessor = classifier_preprocessor(vocab_dir, config.architecture,
+                                           task["sequence_length"])
     architecture = models.get(config.architecture)
     if architecture.classifier_cls is None:
         raise ValueError(f"Architecture {config.architecture!r} has no classifier head")
     with strategy.scope():
-        backbone = _backbone(config, tokenizer.vocabulary_size(), fn_args.base_model)
+        backbone = _backbone(config, preprocessor.tokenizer.vocabulary_size(),
+                             fn_args.base_model)
         task_model = architecture.classifier_cls(backbone, num_classes=task["num_classes"])
         task_model.compile(
             optimizer=make_optimizer(config.learning_rate, fn_args.train_steps,
@@ -112,7 +128,8 @@ def _train_classifier(fn_args, config, strategy) -> dict:
             metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
             jit_compile=config.jit_compile)
     read = dict(preprocessor=preprocessor, text_features=task["text_features"],
-                batch_size=config.batch_size, seed=config.seed)
+                batch_size=config.batch_size, seed=config.seed,
+                input_names=list(task_model.input.keys()))
     train_data = task_data.make_classification_dataset(
         fn_args.train_files[0], shuffle=True, repeat=True, **read)
     eval_data = task_data.make_classification_dataset(
@@ -125,19 +142,25 @@ def _train_classifier(fn_args, config, strategy) -> dict:
 def _backbone(config, vocabulary_size: int, base_model: str | None):
     """Builds the backbone; warm-starts it from ``base_model`` when one is given."""
     if base_model:
-        keras_dir = keras_dir_of(base_model)
-        with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG)) as f:
-            base_config = json.load(f)
+        backbone, base_config = load_model_backbone(base_model)
         if base_config["architecture"] != config.architecture:
             raise ValueError(f"base_model is a {base_config['architecture']!r} model, the recipe "
                              f"trains {config.architecture!r}")
-        backbone = models.build(base_config["architecture"], base_config["preset"],
-                                **base_config["backbone_overrides"])
-        backbone.load_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
-        logging.info("Warm-started %s backbone from %s", config.architecture, keras_dir)
+        logging.info("Warm-started %s backbone from %s", config.architecture, base_model)
         return backbone
     return models.build(config.architecture, config.preset, **_backbone_overrides(
         config, vocabulary_size))
+
+
+def load_model_backbone(model_path: str):
+    """The trained backbone of a Model artifact (CONTRACTS §4) and its ``model_config``."""
+    keras_dir = keras_dir_of(model_path)
+    with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG)) as f:
+        model_config = json.load(f)
+    backbone = models.build(model_config["architecture"], model_config["preset"],
+                            **model_config["backbone_overrides"])
+    backbone.load_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
+    return backbone, model_config
 
 
 def _backbone_overrides(config, vocabulary_size: int) -> dict:
@@ -215,4 +238,4 @@ def _copy_dir(source: str, destination: str) -> None:
         tf.io.gfile.copy(os.path.join(source, name), os.path.join(destination, name))
 
 
-__all__ = ["run_fn", "examples_uri_of", "keras_dir_of"]
+__all__ = ["run_fn", "examples_uri_of", "keras_dir_of", "load_model_backbone"]

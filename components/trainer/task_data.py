@@ -7,9 +7,10 @@ import tensorflow as tf
 
 def make_classification_dataset(file_pattern: str, preprocessor, text_features: list[str],
                                 batch_size: int, shuffle: bool, repeat: bool,
-                                seed: int | None = None,
-                                label_feature: str = "label") -> tf.data.Dataset:
-    """Yields ``(packed inputs, label)`` batches; tokenization runs in the input pipeline."""
+                                seed: int | None = None, label_feature: str = "label",
+                                input_names=None) -> tf.data.Dataset:
+    """Yields ``(packed inputs, label)`` batches; tokenization runs in the input pipeline.
+    ``input_names``: keep only these packed inputs (the model's input names)."""
     files = tf.io.gfile.glob(file_pattern)
     if not files:
         raise FileNotFoundError(f"No task records match {file_pattern!r}")
@@ -19,7 +20,10 @@ def make_classification_dataset(file_pattern: str, preprocessor, text_features: 
     def to_model_inputs(serialized):
         parsed = tf.io.parse_example(serialized, spec)
         segments = tuple(parsed[name] for name in text_features)
-        return preprocessor(segments), parsed[label_feature]
+        packed = preprocessor(segments)
+        if input_names is not None:
+            packed = {name: packed[name] for name in input_names}
+        return packed, parsed[label_feature]
 
     dataset = tf.data.TFRecordDataset(sorted(files), compression_type="GZIP")
     if shuffle:

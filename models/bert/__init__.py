@@ -13,10 +13,12 @@ ARCHITECTURE = registry.register(
         backbone_cls=BertBackbone,
         presets=BERT_PRESETS,
         tokenizer_kind="wordpiece",
-        objectives=("bert_mlm_nsp",),
-        pretrainer_cls=BertPretrainer,
+        pretrainers={"bert_mlm_nsp": BertPretrainer},
         classifier_cls=BertClassifier,
         causal_lm_cls=None,
+        special_tokens={"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]",
+                        "mask": "[MASK]"},
+        segment_layout="bert",
         paper="Devlin et al. 2019, BERT: Pre-training of Deep Bidirectional Transformers "
               "for Language Understanding (NAACL), arXiv:1810.04805",
     )

@@ -12,10 +12,10 @@ ARCHITECTURE = registry.register(
         backbone_cls=GPT2Backbone,
         presets=GPT2_PRESETS,
         tokenizer_kind="bpe",
-        objectives=("causal_lm",),
-        pretrainer_cls=GPT2CausalLM,
+        pretrainers={"causal_lm": GPT2CausalLM},
         classifier_cls=None,
         causal_lm_cls=GPT2CausalLM,
+        special_tokens={"end_of_text": "<|endoftext|>", "pad": "<|endoftext|>"},
         paper="Radford et al. 2019, Language Models are Unsupervised Multitask Learners "
               "(OpenAI); GPT-1: Radford et al. 2018, Improving Language Understanding by "
               "Generative Pre-Training",

@@ -1,0 +1,161 @@
+"""Reading Hugging Face checkpoints without PyTorch, and writing their weights into Keras.
+
+A Hugging Face folder holds ``config.json`` and ``model.safetensors`` (or shards listed in
+``model.safetensors.index.json``); :func:`read_weights` reads them with the ``safetensors``
+numpy API. PyTorch ``nn.Linear`` stores its weight as ``[out, in]``; Keras ``Dense`` kernels
+are ``[in, out]`` and keras-nlp's attention projections are ``EinsumDense`` kernels of shape
+``[hidden, heads, head_dim]`` (query/key/value) and ``[heads, head_dim, hidden]`` (output).
+The ``set_*`` helpers do these reshapes and check every shape, so a converter reads as a
+list of "this reference weight goes there".
+
+Each architecture's converter (``models/<arch>/<arch>_converters.py``) builds its backbone
+from the reference config, then copies weights with a :class:`WeightReader`, which fails on a
+missing name and lets the converter check that nothing of the backbone was left unread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+
+
+def read_config(path: str) -> dict:
+    """The ``config.json`` of the Hugging Face folder ``path``."""
+    config_path = os.path.join(path, CONFIG_FILE)
+    if not os.path.exists(config_path):
+        raise FileNotFoundError(f"No {CONFIG_FILE} in Hugging Face folder {path!r}")
+    with open(config_path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def read_weights(path: str) -> dict:
+    """Every tensor of the folder's safetensors file(s), as float32 numpy arrays by name."""
+    from safetensors.numpy import load_file
+
+    index_path = os.path.join(path, WEIGHTS_INDEX_FILE)
+    if os.path.exists(index_path):
+        with open(index_path, encoding="utf-8") as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    elif os.path.exists(os.path.join(path, WEIGHTS_FILE)):
+        files = [WEIGHTS_FILE]
+    else:
+        raise FileNotFoundError(
+            f"No {WEIGHTS_FILE} (or {WEIGHTS_INDEX_FILE}) in {path!r}; only safetensors "
+            f"checkpoints are read (convert a pytorch_model.bin with safetensors first)")
+    weights = {}
+    for name in files:
+        for key, value in load_file(os.path.join(path, name)).items():
+            weights[key] = value.astype("float32") if value.dtype != np.float32 else value
+    return weights
+
+
+class WeightReader:
+    """Hands out reference weights by name and remembers which were read.
+
+    ``prefixes``: tried in order before each name, so one converter reads both a bare model
+    (``embeddings.word_embeddings.weight``) and a task model that nests it
+    (``bert.embeddings.word_embeddings.weight``).
+    """
+
+    def __init__(self, weights: dict, prefixes=("",)):
+        self.weights = weights
+        self.prefixes = tuple(prefixes)
+        self.read = set()
+
+    def has(self, name: str) -> bool:
+        return any(prefix + name in self.weights for prefix in self.prefixes)
+
+    def __call__(self, name: str) -> np.ndarray:
+        for prefix in self.prefixes:
+            if prefix + name in self.weights:
+                self.read.add(prefix + name)
+                return self.weights[prefix + name]
+        stem = name.split(".")[0]
+        similar = sorted(k for k in self.weights if stem in k)[:8]
+        raise KeyError(f"Checkpoint has no weight {name!r} (prefixes tried: "
+                       f"{list(self.prefixes)}); similar names: {similar}")
+
+    def unread(self, ignore_prefixes=()) -> list:
+        """Names never read, except those under ``ignore_prefixes`` (e.g. task heads)."""
+        return sorted(k for k in self.weights if k not in self.read
+                      and not any(k.startswith(p) for p in ignore_prefixes))
+
+
+def _assign(variable, value: np.ndarray, what: str) -> None:
+    value = np.asarray(value)
+    if tuple(variable.shape) != tuple(value.shape):
+        raise ValueError(f"Shape mismatch for {what} ({variable.path}): the model has "
+                         f"{tuple(variable.shape)}, the checkpoint {tuple(value.shape)}")
+    variable.assign(value)
+
+
+def set_embedding(layer, table: np.ndarray) -> None:
+    """A ``keras.layers.Embedding`` (or keras-nlp ``ReversibleEmbedding``) from ``[V, E]``."""
+    _assign(layer.embeddings, table, "embedding table")
+
+
+def set_dense(layer, weight: np.ndarray, bias: np.ndarray | None = None) -> None:
+    """A ``keras.layers.Dense`` from a torch ``nn.Linear`` weight ``[out, in]`` and bias."""
+    _assign(layer.kernel, np.asarray(weight).T, "dense kernel")
+    if bias is not None:
+        _assign(layer.bias, bias, "dense bias")
+
+
+def set_layer_norm(layer, gamma: np.ndarray, beta: np.ndarray) -> None:
+    _assign(layer.gamma, gamma, "layer norm gamma")
+    _assign(layer.beta, beta, "layer norm beta")
+
+
+def set_attention(attention, query, key, value, output) -> None:
+    """A ``keras.layers.MultiHeadAttention`` (what keras-nlp's blocks use) from four torch
+    Linear ``(weight, bias)`` pairs: query/key/value ``[H, H]`` and the output projection."""
+    heads = attention.num_heads
+    head_dim = attention.key_dim
+    for layer, (weight, bias) in ((attention.query_dense, query), (attention.key_dense, key),
+                                  (attention.value_dense, value)):
+        weight = np.asarray(weight)
+        _assign(layer.kernel, weight.T.reshape(weight.shape[1], heads, head_dim),
+                "attention projection kernel")
+        _assign(layer.bias, np.asarray(bias).reshape(heads, head_dim),
+                "attention projection bias")
+    weight, bias = output
+    weight = np.asarray(weight)
+    _assign(attention.output_dense.kernel, weight.T.reshape(heads, head_dim, weight.shape[0]),
+            "attention output kernel")
+    _assign(attention.output_dense.bias, bias, "attention output bias")
+
+
+def set_transformer_encoder(block, *, query, key, value, attention_output,
+                            attention_layer_norm, intermediate, output,
+                            output_layer_norm) -> None:
+    """A ``keras_nlp.layers.TransformerEncoder`` from reference weights: each projection a
+    torch Linear ``(weight, bias)`` pair, each layer norm a ``(gamma, beta)`` pair.
+
+    ``attention_layer_norm`` is the one around the attention sub-layer, ``output_layer_norm``
+    the one around the feed-forward sub-layer (BERT's ``attention.output.LayerNorm`` and
+    ``output.LayerNorm``); where they sit (post- or pre-LN) is the block's own setting.
+    """
+    set_attention(block._self_attention_layer, query, key, value, attention_output)
+    set_layer_norm(block._self_attention_layer_norm, *attention_layer_norm)
+    set_dense(block._feedforward_intermediate_dense, *intermediate)
+    set_dense(block._feedforward_output_dense, *output)
+    set_layer_norm(block._feedforward_layer_norm, *output_layer_norm)
+
+
+def linear(read: WeightReader, name: str) -> tuple:
+    """``(weight, bias)`` of the torch Linear ``name`` (``name.weight``, ``name.bias``)."""
+    return read(f"{name}.weight"), read(f"{name}.bias")
+
+
+def layer_norm(read: WeightReader, name: str) -> tuple:
+    """``(gamma, beta)`` of the LayerNorm ``name`` (``.weight``/``.bias``, or the old
+    ``.gamma``/``.beta`` names of some published checkpoints)."""
+    if read.has(f"{name}.weight"):
+        return read(f"{name}.weight"), read(f"{name}.bias")
+    return read(f"{name}.gamma"), read(f"{name}.beta")
