@@ -39,7 +39,10 @@ class Architecture:
         pretrainers: pretraining objective (CONTRACTS §3 ``objective``) -> the task model
             trained on it, constructed as ``cls(backbone, **task_args)``. A class with
             ``needs_teacher = True`` (distillation) is constructed as
-            ``cls(backbone, teacher=teacher_backbone, **task_args)``.
+            ``cls(student_backbone, teacher=teacher_task_model, **task_args)``, where the
+            teacher is the trained Keras task model of the Trainer's ``base_model`` (it has
+            a ``.backbone``); an optional classmethod ``initialize_student(student_backbone,
+            teacher_backbone)`` runs first (e.g. DistilBERT's every-other-layer init).
         classifier_cls: task model for sequence classification, ``cls(backbone,
             num_classes=K)``, or None.
         causal_lm_cls: task model for generation, or None.

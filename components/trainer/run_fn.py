@@ -91,18 +91,20 @@ def _train_language_model(fn_args, config, examples_uri, strategy) -> dict:
 
 def _distiller(task_cls, config, vocabulary_size: int, teacher_model: str | None):
     """A distillation task model: a fresh student (this recipe's architecture and preset)
-    taught by the backbone of the ``teacher_model`` Model artifact (any architecture)."""
+    taught by the trained task model of the ``teacher_model`` Model artifact (any
+    architecture; e.g. a `BertPretrainer`, whose masked-LM head gives the soft targets)."""
     if not teacher_model:
         raise ValueError(f"{task_cls.__name__} distils a teacher: give the Trainer the "
                          f"teacher Model artifact as base_model")
-    teacher, _ = load_model_backbone(teacher_model)
-    if backbone_vocabulary_size(teacher) != vocabulary_size:
-        raise ValueError(f"The teacher's vocabulary ({backbone_vocabulary_size(teacher)} "
-                         f"tokens) differs from the examples' ({vocabulary_size})")
+    teacher = load_task_model(teacher_model)
+    teacher_vocabulary = backbone_vocabulary_size(teacher.backbone)
+    if teacher_vocabulary != vocabulary_size:
+        raise ValueError(f"The teacher's vocabulary ({teacher_vocabulary} tokens) differs "
+                         f"from the examples' ({vocabulary_size})")
     student = models.build(config.architecture, config.preset,
                            **_backbone_overrides(config, vocabulary_size))
     if hasattr(task_cls, "initialize_student"):
-        task_cls.initialize_student(student, teacher)
+        task_cls.initialize_student(student, teacher.backbone)
     return task_cls(student, teacher=teacher, **config.task_args), student
 
 
@@ -150,6 +152,14 @@ def _backbone(config, vocabulary_size: int, base_model: str | None):
         return backbone
     return models.build(config.architecture, config.preset, **_backbone_overrides(
         config, vocabulary_size))
+
+
+def load_task_model(model_path: str):
+    """The trained Keras task model of a Model artifact (``keras/model.keras``)."""
+    path = os.path.join(keras_dir_of(model_path), "model.keras")
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"No trained Keras model at {path}")
+    return keras.saving.load_model(path, compile=False)
 
 
 def load_model_backbone(model_path: str):
@@ -238,4 +248,5 @@ def _copy_dir(source: str, destination: str) -> None:
         tf.io.gfile.copy(os.path.join(source, name), os.path.join(destination, name))
 
 
-__all__ = ["run_fn", "examples_uri_of", "keras_dir_of", "load_model_backbone"]
+__all__ = ["run_fn", "examples_uri_of", "keras_dir_of", "load_model_backbone",
+           "load_task_model"]
