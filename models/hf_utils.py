@@ -96,8 +96,15 @@ def _assign(variable, value: np.ndarray, what: str) -> None:
 
 
 def set_embedding(layer, table: np.ndarray) -> None:
-    """A ``keras.layers.Embedding`` (or keras-nlp ``ReversibleEmbedding``) from ``[V, E]``."""
-    _assign(layer.embeddings, table, "embedding table")
+    """A ``keras.layers.Embedding`` (or keras-nlp ``ReversibleEmbedding``) from ``[V, E]``,
+    or a keras-nlp ``PositionEmbedding`` (table ``position_embeddings``) from ``[T, E]``."""
+    variable = getattr(layer, "embeddings", None)
+    if variable is None:
+        variable = getattr(layer, "position_embeddings", None)
+    if variable is None:
+        raise TypeError(f"set_embedding: {type(layer).__name__} {layer.name!r} has no "
+                        f"embedding table")
+    _assign(variable, table, "embedding table")
 
 
 def set_dense(layer, weight: np.ndarray, bias: np.ndarray | None = None) -> None:

@@ -3,6 +3,7 @@
 from lmfactory.models import registry
 from lmfactory.models.bert.bert_backbone import BertBackbone
 from lmfactory.models.bert.bert_classifier import BertClassifier
+from lmfactory.models.bert.bert_converters import from_huggingface, from_tf_checkpoint
 from lmfactory.models.bert.bert_presets import BERT_PRESETS
 from lmfactory.models.bert.bert_pretrainer import BertPretrainer
 
@@ -19,6 +20,8 @@ ARCHITECTURE = registry.register(
         special_tokens={"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]",
                         "mask": "[MASK]"},
         segment_layout="bert",
+        converters={"huggingface": from_huggingface, "tf_checkpoint": from_tf_checkpoint},
+        hf_model_types=("bert",),
         paper="Devlin et al. 2019, BERT: Pre-training of Deep Bidirectional Transformers "
               "for Language Understanding (NAACL), arXiv:1810.04805",
     )

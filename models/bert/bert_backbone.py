@@ -143,6 +143,54 @@ class BertBackbone(keras.Model):
         self.max_sequence_length = max_sequence_length
         self.num_segments = num_segments
 
+    def call_with_states(self, inputs, training=False):
+        """The forward pass, also returning every layer's hidden states and attention maps.
+
+        Calls the very layers of the functional graph (same weights), so `sequence_output`
+        and `pooled_output` equal `self(inputs)`'s. Feature-based use of BERT (§5.3,
+        Table 7) and distillation read the intermediate states from here.
+
+        Args:
+            inputs: dict with `token_ids`, `padding_mask`, `segment_ids`, int [batch, seq_len].
+            training: whether dropout is active.
+
+        Returns:
+            dict with `sequence_output` [B, T, H], `pooled_output` [B, H],
+            `hidden_states`: list of L + 1 tensors [B, T, H] (the embedding output after its
+            LayerNorm and dropout, then the output of each of the L blocks), and
+            `attention_scores`: list of L tensors [B, A, T, T] (each block's softmax
+            attention probabilities; padding keys get probability 0).
+        """
+        if not isinstance(inputs, dict):
+            raise TypeError(f"BertBackbone.call_with_states takes a dict of tensors, got "
+                            f"{type(inputs).__name__}")
+        missing = [k for k in ("token_ids", "padding_mask", "segment_ids") if k not in inputs]
+        if missing:
+            raise ValueError(f"BertBackbone.call_with_states: inputs lack {missing}; got "
+                             f"{sorted(inputs)}")
+        token_ids = keras.ops.convert_to_tensor(inputs["token_ids"], dtype="int32")
+        padding_mask = keras.ops.convert_to_tensor(inputs["padding_mask"], dtype="int32")
+        segment_ids = keras.ops.convert_to_tensor(inputs["segment_ids"], dtype="int32")
+
+        x = self.embeddings_add(
+            [self.embeddings(token_ids), self.segment_embedding(segment_ids)]
+        )
+        x = self.embeddings_layer_norm(x)
+        x = self.embeddings_dropout(x, training=training)
+        hidden_states = [x]
+        attention_scores = []
+        for block in self.transformer_layers:
+            x, scores = block(x, padding_mask=padding_mask, training=training,
+                              return_attention_scores=True)
+            hidden_states.append(x)
+            attention_scores.append(scores)
+        return {
+            "sequence_output": x,
+            "pooled_output": self.pooler_dense(x[:, 0, :]),
+            "hidden_states": hidden_states,
+            "attention_scores": attention_scores,
+        }
+
     def get_config(self):
         return {
             "name": self.name,
