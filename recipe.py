@@ -33,7 +33,7 @@ DEFAULTS = {
                   "dynamic_masking": False, "seed": 12345},
     "pretraining": {"steps": 1000, "batch_size": 32, "learning_rate": 1e-4,
                     "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10,
-                    "task_args": {}},
+                    "task_args": {}, "init_checkpoint": None, "tokenizer_dir": None},
     "finetuning": {"steps": 1000, "batch_size": 32, "learning_rate": 5e-5,
                    "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10,
                    "sequence_length": 128, "text_features": ["sentence"], "num_classes": 2},
@@ -169,6 +169,26 @@ def _check_source(check: _Checker, field: str) -> None:
         check.fraction(f"{field}.eval_fraction", 0.0, 0.9)
 
 
+def _check_pretraining_data(check: _Checker, architecture: str) -> str:
+    """The tokenizer, objective and corpus fields of a recipe that pretrains; returns the
+    objective name."""
+    from lmfactory import models
+
+    check.choice("tokenizer.kind", (models.get(architecture).tokenizer_kind,))
+    check.positive_int("tokenizer.vocab_size")
+    check.positive_int("tokenizer.min_frequency")
+    objective = check.choice("objective.name", models.get(architecture).objectives)
+    check.positive_int("objective.max_seq_length")
+    check.fraction("objective.masked_lm_prob", 0.0, 1.0)
+    check.positive_int("objective.max_predictions_per_seq")
+    check.fraction("objective.short_seq_prob")
+    check.positive_int("objective.dupe_factor")
+    check.boolean("objective.whole_word_masking")
+    check.boolean("objective.dynamic_masking")
+    _check_source(check, "data.corpus")
+    return objective
+
+
 def validate(recipe: dict) -> dict:
     from lmfactory import models
 
@@ -181,19 +201,16 @@ def validate(recipe: dict) -> dict:
                                     f"for {architecture}; got {preset!r}")
     if not isinstance(check.get("overrides"), dict):
         raise RecipeError("overrides", "must be a mapping of backbone arguments")
-    expected_tokenizer = models.get(architecture).tokenizer_kind
-    check.choice("tokenizer.kind", (expected_tokenizer,))
-    check.positive_int("tokenizer.vocab_size")
-    check.positive_int("tokenizer.min_frequency")
-    objective = check.choice("objective.name", models.get(architecture).objectives)
-    check.positive_int("objective.max_seq_length")
-    check.fraction("objective.masked_lm_prob", 0.0, 1.0)
-    check.positive_int("objective.max_predictions_per_seq")
-    check.fraction("objective.short_seq_prob")
-    check.positive_int("objective.dupe_factor")
-    check.boolean("objective.whole_word_masking")
-    check.boolean("objective.dynamic_masking")
-    _check_source(check, "data.corpus")
+    init_checkpoint = check.get("pretraining.init_checkpoint", required=False)
+    if init_checkpoint is None:
+        objective = _check_pretraining_data(check, architecture)
+    elif not isinstance(init_checkpoint, str):
+        raise RecipeError("pretraining.init_checkpoint", "must be the path of a checkpoint folder")
+    elif recipe["finetuning"].get("task") != "classification":
+        raise RecipeError("pretraining.init_checkpoint", "starting from a published checkpoint "
+                                                         "is supported for classification")
+    else:
+        objective = None  # the checkpoint's tokenizer and weights replace corpus learning
     for stage in ("pretraining", "finetuning"):
         check.positive_int(f"{stage}.steps")
         check.positive_int(f"{stage}.batch_size")

@@ -1,7 +1,7 @@
 """Model architectures: registry, construction from presets, and backbone checkpoints.
 
-Importing this package registers every architecture ("bert", "gpt2"); each model folder
-registers itself in its ``__init__``.
+Importing this package registers every architecture; each model folder registers itself in
+its ``__init__``.
 
     from lmfactory import models
     backbone = models.build("bert", "base", vocabulary_size=32000)
@@ -21,6 +21,7 @@ from lmfactory.models.registry import Architecture, get, names, register
 # Each import registers its architecture.
 from lmfactory.models import bert  # noqa: E402,F401  isort:skip
 from lmfactory.models import gpt2  # noqa: E402,F401  isort:skip
+from lmfactory.models import roberta  # noqa: E402,F401  isort:skip
 
 CHECKPOINT_FORMAT = "lmfactory.backbone"
 CHECKPOINT_CONFIG = "config.json"

@@ -136,6 +136,6 @@ def export_serving_model(task_model, vocab_dir: str, model_config: dict, export_
         sequence_length = task.get("sequence_length", 128)
         module = EncoderServing(
             classifier_preprocessor(vocab_dir, model_config["architecture"], sequence_length),
-            task_model.backbone)
+            getattr(task_model, "backbone", task_model))
     tf.saved_model.save(module, export_dir, signatures={SERVING_SIGNATURE: module.signature()})
     logging.info("Exported %s SavedModel to %s", type(module).__name__, export_dir)

@@ -24,7 +24,8 @@ import tensorflow as tf
 
 from lmfactory import models
 from lmfactory.components.pretraining_data import features as pretraining_features
-from lmfactory.components.trainer import export
+from lmfactory.components.trainer.model_artifact import (
+    keras_dir_of, load_model_backbone, load_task_model, vocabulary_dir_of, write_model_artifact)
 from lmfactory.components.trainer import task_data
 from lmfactory.components.trainer.config import TrainerConfig
 from lmfactory.components.trainer.optimization import make_optimizer
@@ -32,9 +33,6 @@ from lmfactory.components.trainer.strategy import make_strategy
 from lmfactory.models.classifier_preprocessor import classifier_preprocessor
 from lmfactory.models.tokenizers import load_tokenizer
 
-KERAS_DIR = "keras"
-MODEL_CONFIG = "model_config.json"
-BACKBONE_WEIGHTS = "backbone.weights.h5"
 VOCABULARY_DIR = "vocabulary"
 PRETRAINING_CONFIG = "pretraining_config.json"
 
@@ -42,14 +40,6 @@ PRETRAINING_CONFIG = "pretraining_config.json"
 def examples_uri_of(file_pattern: str) -> str:
     """``<uri>/Split-train/*`` -> ``<uri>``."""
     return os.path.dirname(os.path.dirname(file_pattern.rstrip("/")))
-
-
-def keras_dir_of(model_path: str) -> str:
-    """Accepts a Model artifact uri or its ``Format-Serving`` folder (what TFX passes)."""
-    model_path = model_path.rstrip("/")
-    if os.path.basename(model_path) == "Format-Serving":
-        model_path = os.path.dirname(model_path)
-    return os.path.join(model_path, KERAS_DIR)
 
 
 def run_fn(fn_args) -> None:
@@ -112,7 +102,7 @@ def _train_classifier(fn_args, config, strategy) -> dict:
     if not fn_args.base_model:
         raise ValueError("Fine-tuning a classifier needs a base_model (the pretrained Model).")
     task = config.task
-    vocab_dir = os.path.join(keras_dir_of(fn_args.base_model), VOCABULARY_DIR)
+    vocab_dir = vocabulary_dir_of(fn_args.base_model)
     preprocessor = classifier_preprocessor(vocab_dir, config.architecture,
                                            task["sequence_length"])
     architecture = models.get(config.architecture)
@@ -152,25 +142,6 @@ def _backbone(config, vocabulary_size: int, base_model: str | None):
         return backbone
     return models.build(config.architecture, config.preset, **_backbone_overrides(
         config, vocabulary_size))
-
-
-def load_task_model(model_path: str):
-    """The trained Keras task model of a Model artifact (``keras/model.keras``)."""
-    path = os.path.join(keras_dir_of(model_path), "model.keras")
-    if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(f"No trained Keras model at {path}")
-    return keras.saving.load_model(path, compile=False)
-
-
-def load_model_backbone(model_path: str):
-    """The trained backbone of a Model artifact (CONTRACTS §4) and its ``model_config``."""
-    keras_dir = keras_dir_of(model_path)
-    with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG)) as f:
-        model_config = json.load(f)
-    backbone = models.build(model_config["architecture"], model_config["preset"],
-                            **model_config["backbone_overrides"])
-    backbone.load_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
-    return backbone, model_config
 
 
 def _backbone_overrides(config, vocabulary_size: int) -> dict:
@@ -214,38 +185,17 @@ def _fit(task_model, train_data, eval_data, fn_args, config) -> dict:
 
 def _write_outputs(fn_args, config, task_model, backbone, vocab_dir, metrics, task,
                    preprocessor=None) -> None:
-    """Writes the Model artifact: Format-Serving SavedModel + keras/ folder (CONTRACTS §4)."""
-    keras_dir = keras_dir_of(fn_args.serving_model_dir)
-    tf.io.gfile.makedirs(keras_dir)
-    backbone.save_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
-    task_model.save(os.path.join(keras_dir, "model.keras"))
-    _copy_dir(vocab_dir, os.path.join(keras_dir, VOCABULARY_DIR))
-    model_config = {
-        "architecture": config.architecture,
-        "preset": config.preset,
-        "backbone_overrides": _backbone_overrides(config, backbone_vocabulary_size(backbone)),
-        "task": task,
-        "train_metrics": metrics,
-        "generation": config.generation,
-    }
-    with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG), "w") as f:
-        json.dump(model_config, f, indent=2, sort_keys=True)
+    """Writes the Model artifact (CONTRACTS §4) and the run's metrics."""
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2, sort_keys=True)
-    export.export_serving_model(task_model, vocab_dir, model_config, fn_args.serving_model_dir,
-                                preprocessor=preprocessor)
+    write_model_artifact(
+        fn_args.serving_model_dir, task_model, backbone, vocab_dir,
+        {"preset": config.preset, "task": task, "train_metrics": metrics,
+         "generation": config.generation}, preprocessor=preprocessor)
 
 
 def backbone_vocabulary_size(backbone) -> int:
     return int(backbone.get_config()["vocabulary_size"])
-
-
-def _copy_dir(source: str, destination: str) -> None:
-    if tf.io.gfile.exists(destination):
-        tf.io.gfile.rmtree(destination)
-    tf.io.gfile.makedirs(destination)
-    for name in tf.io.gfile.listdir(source):
-        tf.io.gfile.copy(os.path.join(source, name), os.path.join(destination, name))
 
 
 __all__ = ["run_fn", "examples_uri_of", "keras_dir_of", "load_model_backbone",

@@ -1,0 +1,94 @@
+"""The Model artifact every training stage writes and the next stage reads (CONTRACTS §4).
+
+    <uri>/Format-Serving/           SavedModel taking raw strings (what Pusher pushes)
+    <uri>/keras/model.keras         the trained Keras task model
+    <uri>/keras/backbone.weights.h5 the backbone's weights
+    <uri>/keras/model_config.json   architecture, preset, backbone_config, task, metrics
+    <uri>/keras/vocabulary/         the tokenizer folder (CONTRACTS §2)
+
+Trainers (``run_fn``), the checkpoint importer and the evaluator share these functions, so the
+layout has one definition.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import keras
+import tensorflow as tf
+
+from lmfactory import models
+from lmfactory.components.trainer import export
+
+KERAS_DIR = "keras"
+MODEL_CONFIG = "model_config.json"
+BACKBONE_WEIGHTS = "backbone.weights.h5"
+TASK_MODEL = "model.keras"
+VOCABULARY_DIR = "vocabulary"
+SERVING_DIR = "Format-Serving"
+
+
+def keras_dir_of(model_path: str) -> str:
+    """Accepts a Model artifact uri or its ``Format-Serving`` folder (what TFX passes)."""
+    model_path = model_path.rstrip("/")
+    if os.path.basename(model_path) == SERVING_DIR:
+        model_path = os.path.dirname(model_path)
+    return os.path.join(model_path, KERAS_DIR)
+
+
+def read_model_config(model_path: str) -> dict:
+    path = os.path.join(keras_dir_of(model_path), MODEL_CONFIG)
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"{model_path!r} is not an lmfactory Model artifact: no {path}")
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def load_model_backbone(model_path: str):
+    """The trained backbone of a Model artifact and its ``model_config``."""
+    model_config = read_model_config(model_path)
+    arch = models.get(model_config["architecture"])
+    backbone = arch.backbone_cls.from_config(model_config["backbone_config"])
+    backbone.load_weights(os.path.join(keras_dir_of(model_path), BACKBONE_WEIGHTS))
+    return backbone, model_config
+
+
+def load_task_model(model_path: str):
+    """The trained Keras task model of a Model artifact."""
+    path = os.path.join(keras_dir_of(model_path), TASK_MODEL)
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"No trained Keras model at {path}")
+    return keras.saving.load_model(path, compile=False)
+
+
+def vocabulary_dir_of(model_path: str) -> str:
+    return os.path.join(keras_dir_of(model_path), VOCABULARY_DIR)
+
+
+def write_model_artifact(serving_model_dir: str, task_model, backbone, vocab_dir: str,
+                         model_config: dict, preprocessor=None) -> dict:
+    """Writes the keras/ folder beside ``serving_model_dir`` and exports the SavedModel into
+    it. ``model_config`` gets ``architecture`` from the backbone's registry record and
+    ``backbone_config`` from ``backbone.get_config()``; returns the config written."""
+    keras_dir = keras_dir_of(serving_model_dir)
+    tf.io.gfile.makedirs(keras_dir)
+    backbone.save_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
+    task_model.save(os.path.join(keras_dir, TASK_MODEL))
+    copy_dir(vocab_dir, os.path.join(keras_dir, VOCABULARY_DIR))
+    model_config = dict(model_config,
+                        architecture=models.registry.find_by_backbone(backbone).name,
+                        backbone_config=backbone.get_config())
+    with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG), "w") as f:
+        json.dump(model_config, f, indent=2, sort_keys=True)
+    export.export_serving_model(task_model, vocab_dir, model_config, serving_model_dir,
+                                preprocessor=preprocessor)
+    return model_config
+
+
+def copy_dir(source: str, destination: str) -> None:
+    if tf.io.gfile.exists(destination):
+        tf.io.gfile.rmtree(destination)
+    tf.io.gfile.makedirs(destination)
+    for name in tf.io.gfile.listdir(source):
+        tf.io.gfile.copy(os.path.join(source, name), os.path.join(destination, name))

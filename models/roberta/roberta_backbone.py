@@ -1,0 +1,205 @@
+"""RoBERTa encoder network (Liu et al. 2019, "RoBERTa: A Robustly Optimized BERT
+Pretraining Approach")."""
+
+import keras
+import keras_nlp
+from keras import ops
+
+from lmfactory.models.roberta.roberta_position_embedding import RobertaPositionEmbedding
+
+# fairseq's dictionary puts <s>=0, <pad>=1, </s>=2, <unk>=3; position ids start past <pad>.
+PADDING_INDEX = 1
+ROBERTA_BACKBONE_INPUTS = ("token_ids", "padding_mask")
+
+
+def roberta_kernel_initializer(stddev=0.02):
+    """Truncated normal, stddev 0.02: BERT's initialisation, which RoBERTa keeps (§2.1)."""
+    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+def model_inputs(model, inputs):
+    """The entries of the dict ``inputs`` that the functional ``model`` takes.
+
+    A Keras functional model matches a dict of inputs to its own inputs by flattening both
+    in sorted-key order, so an extra entry (the all-zero ``segment_ids`` that the ``mlm``
+    pretraining records and the sentence-pair packer carry, CONTRACTS §3) would shift the
+    tensors onto the wrong inputs. RoBERTa's models drop such entries first."""
+    if not isinstance(inputs, dict):
+        return inputs
+    missing = sorted(set(model.input) - set(inputs))
+    if missing:
+        raise ValueError(f"{type(model).__name__} needs inputs {sorted(model.input)}; "
+                         f"missing {missing} (got {sorted(inputs)})")
+    return {name: inputs[name] for name in model.input}
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class RobertaBackbone(keras.Model):
+    """The bidirectional Transformer encoder of RoBERTa, without a task head.
+
+    §2.1 / §3.1: RoBERTa keeps BERT's architecture (Devlin et al. 2019 §3): L post-LayerNorm
+    Transformer blocks (Vaswani et al. 2017), hidden size H, A attention heads, feed-forward
+    size 4H with exact GELU, dropout 0.1, weights from a truncated normal (stddev 0.02).
+    What changes is the input:
+    - §4.2: no next-sentence prediction, hence no segment (sentence A / B) embeddings and no
+      NSP pooler: a token's input representation is its token embedding plus its position
+      embedding, then LayerNorm and dropout. (The released checkpoint carries a single
+      "token type" row added to every token; the converter folds it into the position
+      table, see `roberta_converters.py`.)
+    - §4.4: a byte-level BPE vocabulary of 50K units (50265 ids in the release).
+    - Positions follow the released fairseq model: ids start past the padding index and
+      count real tokens only (`RobertaPositionEmbedding`), so 512 tokens use 514 rows.
+    LayerNorm epsilon is 1e-5 as in the released model (fairseq's default; BERT used 1e-12).
+
+    Inputs (dict of int32 [batch, seq_len], seq_len variable up to `max_sequence_length`):
+        `token_ids`, `padding_mask` (1 = real token, 0 = padding). Other entries of the
+        dict (e.g. an all-zero `segment_ids`) are ignored.
+    Outputs (dict): `sequence_output` [batch, seq_len, H]. There is no `pooled_output`;
+        `RobertaClassifier` has its own dense + tanh on the first token `<s>`.
+
+    `call_with_states(inputs)` also returns every layer's hidden states and attention
+    probabilities (for feature extraction and distillation).
+
+    Args:
+        vocabulary_size: byte-level BPE vocabulary size (50265 for the released models).
+        num_layers: L, the number of Transformer blocks.
+        num_heads: A, the number of attention heads.
+        hidden_dim: H, the hidden size.
+        intermediate_dim: feed-forward inner size (4H).
+        dropout: dropout rate on embeddings, attention probabilities and sub-layer outputs.
+        max_sequence_length: T, the most real tokens a sequence can hold (512); the
+            position table has T + 2 rows.
+        layer_norm_epsilon: epsilon of every LayerNorm (1e-5 in the released model).
+        dtype: Keras dtype policy for the layers, e.g. "mixed_bfloat16".
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim,
+        dropout=0.1,
+        max_sequence_length=512,
+        layer_norm_epsilon=1e-5,
+        dtype=None,
+        **kwargs,
+    ):
+        if hidden_dim % num_heads:
+            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
+                             f"({num_heads})")
+        # === Layers ===
+        # The MLM head ties its output projection to this matrix (as BERT and fairseq do).
+        self.token_embedding = keras_nlp.layers.ReversibleEmbedding(
+            input_dim=vocabulary_size,
+            output_dim=hidden_dim,
+            tie_weights=True,
+            embeddings_initializer=roberta_kernel_initializer(),
+            dtype=dtype,
+            name="token_embedding",
+        )
+        self.position_embedding = RobertaPositionEmbedding(
+            sequence_length=max_sequence_length,
+            embedding_dim=hidden_dim,
+            padding_index=PADDING_INDEX,
+            initializer=roberta_kernel_initializer(),
+            dtype=dtype,
+            name="position_embedding",
+        )
+        self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
+        self.embeddings_layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
+        )
+        self.embeddings_dropout = keras.layers.Dropout(
+            dropout, dtype=dtype, name="embeddings_dropout"
+        )
+        self.transformer_layers = [
+            keras_nlp.layers.TransformerEncoder(
+                intermediate_dim=intermediate_dim,
+                num_heads=num_heads,
+                dropout=dropout,
+                activation="gelu",  # keras' "gelu" is the exact erf form
+                layer_norm_epsilon=layer_norm_epsilon,
+                kernel_initializer=roberta_kernel_initializer(),
+                normalize_first=False,  # post-LN, as BERT
+                dtype=dtype,
+                name=f"transformer_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+
+        # === Functional model ===
+        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
+        x = self._embed(token_id_input, padding_mask_input)
+        for block in self.transformer_layers:
+            x = block(x, padding_mask=padding_mask_input)
+
+        super().__init__(
+            inputs={"token_ids": token_id_input, "padding_mask": padding_mask_input},
+            outputs={"sequence_output": x},
+            **kwargs,
+        )
+        if dtype is not None:
+            self.dtype_policy = keras.dtype_policies.get(dtype)
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.max_sequence_length = max_sequence_length
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+    def _embed(self, token_ids, padding_mask, training=None):
+        x = self.embeddings_add(
+            [self.token_embedding(token_ids), self.position_embedding(padding_mask)]
+        )
+        x = self.embeddings_layer_norm(x)
+        return self.embeddings_dropout(x, training=training)
+
+    def call(self, inputs, training=None, mask=None):
+        return super().call(model_inputs(self, inputs), training=training, mask=mask)
+
+    def call_with_states(self, inputs, training=False):
+        """The forward pass, also returning every layer's output and attention map.
+
+        Runs the same layers as `call` (shared weights). Returns a dict:
+        `sequence_output` [B, T, H]; `hidden_states`: L + 1 tensors [B, T, H] (the
+        embedding output, then each block's output); `attention_scores`: L tensors
+        [B, heads, T, T], the softmax attention probabilities of each block.
+        """
+        inputs = model_inputs(self, inputs)
+        token_ids = ops.convert_to_tensor(inputs["token_ids"], "int32")
+        padding_mask = ops.convert_to_tensor(inputs["padding_mask"], "int32")
+        x = self._embed(token_ids, padding_mask, training=training)
+        hidden_states, attention_scores = [x], []
+        for block in self.transformer_layers:
+            x, scores = block(x, padding_mask=padding_mask, training=training,
+                              return_attention_scores=True)
+            hidden_states.append(x)
+            attention_scores.append(scores)
+        return {"sequence_output": x, "hidden_states": hidden_states,
+                "attention_scores": attention_scores}
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "vocabulary_size": self.vocabulary_size,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "hidden_dim": self.hidden_dim,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "max_sequence_length": self.max_sequence_length,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "dtype": self.dtype_policy.name,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

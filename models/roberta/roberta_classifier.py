@@ -1,0 +1,86 @@
+"""RoBERTa fine-tuned for sequence classification (Liu et al. 2019 §5.1)."""
+
+import keras
+
+from lmfactory.models.roberta.roberta_backbone import (ROBERTA_BACKBONE_INPUTS, model_inputs,
+                                                       roberta_kernel_initializer)
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class RobertaClassifier(keras.Model):
+    """A `RobertaBackbone` with the RoBERTa classification head on the first token `<s>`.
+
+    RoBERTa has no NSP pooler (§4.2), so the head brings its own: the final hidden vector of
+    `<s>` (BERT's `[CLS]` position) goes through dropout, Dense(H, tanh), dropout and the
+    output layer Dense(K), as the released fairseq / Hugging Face `RobertaClassificationHead`
+    used for the GLUE results of §5.1. Dropout defaults to 0.1, BERT's fine-tuning
+    value and the released head's.
+
+    Inputs (dict, int32 [batch, seq_len]): `token_ids`, `padding_mask` (other entries, such
+        as the packer's `segment_ids`, are ignored).
+    Output: logits [batch, num_classes] (train with
+        `SparseCategoricalCrossentropy(from_logits=True)`).
+
+    Args:
+        backbone: a `RobertaBackbone` (pre-trained or fresh).
+        num_classes: K, the number of labels.
+        dropout: dropout rate before each of the two dense layers.
+    """
+
+    def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
+        if int(num_classes) < 1:
+            raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+        # === Layers ===
+        self.backbone = backbone
+        self.pooler_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="pooler_dropout"
+        )
+        self.pooler_dense = keras.layers.Dense(
+            backbone.hidden_dim,
+            activation="tanh",
+            kernel_initializer=roberta_kernel_initializer(),
+            dtype=backbone.dtype_policy,
+            name="pooler_dense",
+        )
+        self.output_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="output_dropout"
+        )
+        self.output_dense = keras.layers.Dense(
+            num_classes,
+            kernel_initializer=roberta_kernel_initializer(),
+            dtype=backbone.dtype_policy,
+            name="logits",
+        )
+
+        # === Functional model ===
+        inputs = {
+            name: keras.Input(shape=(None,), dtype="int32", name=name)
+            for name in ROBERTA_BACKBONE_INPUTS
+        }
+        first_token = backbone(inputs)["sequence_output"][:, 0, :]
+        x = self.pooler_dense(self.pooler_dropout(first_token))
+        logits = self.output_dense(self.output_dropout(x))
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+
+        # === Config ===
+        self.num_classes = num_classes
+        self.dropout = dropout
+
+    def call(self, inputs, training=None, mask=None):
+        return super().call(model_inputs(self, inputs), training=training, mask=mask)
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.layers.serialize(self.backbone),
+            "num_classes": self.num_classes,
+            "dropout": self.dropout,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("backbone"), dict):
+            config["backbone"] = keras.layers.deserialize(config["backbone"])
+        return cls(**config)

@@ -1,0 +1,117 @@
+"""RoBERTa's pre-training task: masked LM only (Liu et al. 2019 §4.1-§4.2)."""
+
+import keras
+import keras_nlp
+import tensorflow as tf
+from keras import ops
+
+from lmfactory.models.bert.bert_pretrainer import sum_over_replicas
+from lmfactory.models.roberta.roberta_backbone import (model_inputs,
+                                                       roberta_kernel_initializer)
+
+ROBERTA_PRETRAINER_INPUTS = ("token_ids", "padding_mask", "mask_positions")
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class RobertaPretrainer(keras.Model):
+    """A `RobertaBackbone` with the masked-LM head, trained on the `mlm` objective.
+
+    §4.2: RoBERTa drops BERT's next-sentence prediction and trains on FULL-SENTENCES inputs
+    (contiguous sentences, possibly crossing documents, up to 512 tokens) with the masked
+    language model alone. §4.1: the masking is dynamic, a new pattern each time a sequence
+    is fed (done by the data stage, CONTRACTS §3); 15% of tokens are selected, of which 80%
+    become `<mask>`, 10% a random token and 10% stay (BERT's rule, §2.3).
+
+    The head is the released `RobertaLMHead`: the final hidden vectors at the masked
+    positions go through Dense(H) + GELU + LayerNorm and an output projection tied to the
+    input token embedding, plus an output bias (keras-nlp's `MaskedLMHead`).
+
+    The loss is the mean masked-LM negative log-likelihood over real predictions, weighted
+    by the prediction weights (padding predictions carry weight 0):
+    `sum(w * nll) / (sum(w) + 1e-5)`, the sums running over the global batch under a
+    `tf.distribute` strategy (see `bert_pretrainer.sum_over_replicas`). `compute_loss`
+    implements it, so the model trains with `compile(optimizer=...)` and no `loss`.
+
+    Inputs (dict, int32): `token_ids`, `padding_mask` [batch, seq_len], `mask_positions`
+        [batch, num_predictions]. Other entries (the `mlm` records' all-zero
+        `segment_ids`) are ignored.
+    Outputs (dict): `mlm` logits [batch, num_predictions, vocabulary_size].
+    Targets for `fit` (CONTRACTS §3, objective `mlm`): y = {"mlm": ids [B, P]},
+        sample_weight = {"mlm": weights [B, P]}.
+    Metrics: `mlm_loss`, `mlm_accuracy` (weighted).
+
+    Args:
+        backbone: a `RobertaBackbone`.
+    """
+
+    def __init__(self, backbone, **kwargs):
+        # === Layers ===
+        self.backbone = backbone
+        self.masked_lm_head = keras_nlp.layers.MaskedLMHead(
+            token_embedding=backbone.token_embedding,
+            intermediate_activation="gelu",
+            layer_norm_epsilon=backbone.layer_norm_epsilon,
+            kernel_initializer=roberta_kernel_initializer(),
+            dtype=backbone.dtype_policy,
+            name="masked_lm_head",
+        )
+
+        # === Functional model ===
+        inputs = {
+            name: keras.Input(shape=(None,), dtype="int32", name=name)
+            for name in ROBERTA_PRETRAINER_INPUTS
+        }
+        encoded = backbone(
+            {"token_ids": inputs["token_ids"], "padding_mask": inputs["padding_mask"]}
+        )
+        mlm_logits = self.masked_lm_head(
+            encoded["sequence_output"], mask_positions=inputs["mask_positions"]
+        )
+        super().__init__(inputs=inputs, outputs={"mlm": mlm_logits}, **kwargs)
+
+        # === Metrics ===
+        self.mlm_loss_tracker = keras.metrics.Mean(name="mlm_loss")
+        self.mlm_accuracy = keras.metrics.SparseCategoricalAccuracy(name="mlm_accuracy")
+
+    def call(self, inputs, training=None, mask=None):
+        return super().call(model_inputs(self, inputs), training=training, mask=mask)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        mlm_logits = ops.cast(y_pred["mlm"] if isinstance(y_pred, dict) else y_pred,
+                              "float32")
+        mlm_labels = y["mlm"] if isinstance(y, dict) else y
+        if isinstance(sample_weight, dict):
+            sample_weight = sample_weight.get("mlm")
+        if sample_weight is None:
+            mlm_weights = ops.ones(ops.shape(mlm_labels), dtype="float32")
+        else:
+            mlm_weights = ops.cast(sample_weight, "float32")
+
+        mlm_nll = keras.losses.sparse_categorical_crossentropy(
+            mlm_labels, mlm_logits, from_logits=True
+        )
+        loss = ops.sum(mlm_weights * mlm_nll) / (
+            sum_over_replicas(ops.sum(mlm_weights)) + 1e-5
+        )
+
+        self.mlm_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(loss)))
+        self.mlm_accuracy.update_state(mlm_labels, mlm_logits, sample_weight=mlm_weights)
+
+        if self.losses:  # regularisers, if a caller adds any: averaged like Keras does
+            regularization = ops.cast(ops.sum(self.losses), "float32")
+            loss = loss + regularization / tf.distribute.get_strategy().num_replicas_in_sync
+        return loss
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.layers.serialize(self.backbone),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("backbone"), dict):
+            config["backbone"] = keras.layers.deserialize(config["backbone"])
+        return cls(**config)
