@@ -22,6 +22,7 @@ from lmfactory.models.registry import Architecture, get, names, register
 from lmfactory.models import bert  # noqa: E402,F401  isort:skip
 from lmfactory.models import gpt2  # noqa: E402,F401  isort:skip
 from lmfactory.models import roberta  # noqa: E402,F401  isort:skip
+from lmfactory.models import albert  # noqa: E402,F401  isort:skip
 
 CHECKPOINT_FORMAT = "lmfactory.backbone"
 CHECKPOINT_CONFIG = "config.json"

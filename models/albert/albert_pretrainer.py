@@ -1,0 +1,139 @@
+"""ALBERT's pre-training task: masked LM + sentence-order prediction (Lan et al. 2020 §3.2,
+§4.1)."""
+
+import keras
+import keras_nlp
+import tensorflow as tf
+from keras import ops
+
+from lmfactory.models.albert.albert_common import albert_kernel_initializer, get_activation
+from lmfactory.models.bert.bert_pretrainer import sum_over_replicas
+
+ALBERT_PRETRAINER_INPUTS = ("token_ids", "padding_mask", "segment_ids", "mask_positions")
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class AlbertPretrainer(keras.Model):
+    """An `AlbertBackbone` with the masked-LM and sentence-order-prediction heads.
+
+    Masked LM (§4.1, following BERT; n-gram masking decides which positions the data holds):
+    the final hidden vectors at the masked positions go through a Dense(E) + GELU (tanh
+    approximation) + LayerNorm transform back to the embedding size E, then an output
+    projection tied to the E-sized input token embedding, plus an output bias (the
+    released model's `predictions` head; keras-nlp's `MaskedLMHead` sizes its transform to
+    the tied embedding's width, E).
+    Sentence-order prediction (§3.2 "Inter-sentence coherence loss"): a binary classifier on
+    the pooled `[CLS]` vector; positives are two consecutive segments in their original
+    order, negatives the same two segments swapped (label 0 = in order, 1 = swapped).
+
+    The loss is the sum of the mean masked-LM negative log-likelihood over real predictions
+    (weighted by `masked_lm_weights`: ``sum(w * nll) / (sum(w) + 1e-5)``) and the mean SOP
+    negative log-likelihood, as BERT's MLM + NSP loss with SOP in place of NSP.
+    `compute_loss` computes it (compile with an optimizer and no `loss`); under a
+    `tf.distribute` strategy the sums run over the global batch (`sum_over_replicas`).
+
+    Inputs (dict, int32): `token_ids`, `padding_mask`, `segment_ids` [batch, seq_len],
+        `mask_positions` [batch, num_predictions].
+    Outputs (dict): `mlm` logits [batch, num_predictions, vocabulary_size],
+        `sop` logits [batch, 2].
+    Targets for `fit` (objective `albert_mlm_sop`): y = {"mlm": ids [B, P], "sop": labels
+        [B]}, sample_weight = {"mlm": weights [B, P]}.
+    Metrics: `mlm_loss`, `sop_loss`, `mlm_accuracy` (weighted), `sop_accuracy`.
+
+    Args:
+        backbone: an `AlbertBackbone`.
+    """
+
+    def __init__(self, backbone, **kwargs):
+        # === Layers ===
+        self.backbone = backbone
+        self.masked_lm_head = keras_nlp.layers.MaskedLMHead(
+            token_embedding=backbone.token_embedding,
+            intermediate_activation=get_activation(backbone.activation),
+            layer_norm_epsilon=1e-12,
+            kernel_initializer=albert_kernel_initializer(),
+            dtype=backbone.dtype_policy,
+            name="masked_lm_head",
+        )
+        self.sentence_order_head = keras.layers.Dense(
+            2,
+            kernel_initializer=albert_kernel_initializer(),
+            dtype=backbone.dtype_policy,
+            name="sentence_order_head",
+        )
+
+        # === Functional model ===
+        inputs = {
+            name: keras.Input(shape=(None,), dtype="int32", name=name)
+            for name in ALBERT_PRETRAINER_INPUTS
+        }
+        encoded = backbone(
+            {name: inputs[name] for name in ("token_ids", "padding_mask", "segment_ids")}
+        )
+        mlm_logits = self.masked_lm_head(
+            encoded["sequence_output"], mask_positions=inputs["mask_positions"]
+        )
+        sop_logits = self.sentence_order_head(encoded["pooled_output"])
+        super().__init__(inputs=inputs, outputs={"mlm": mlm_logits, "sop": sop_logits},
+                         **kwargs)
+
+        # === Metrics ===
+        self.mlm_loss_tracker = keras.metrics.Mean(name="mlm_loss")
+        self.sop_loss_tracker = keras.metrics.Mean(name="sop_loss")
+        self.mlm_accuracy = keras.metrics.SparseCategoricalAccuracy(name="mlm_accuracy")
+        self.sop_accuracy = keras.metrics.SparseCategoricalAccuracy(name="sop_accuracy")
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        if not isinstance(y, dict) or "mlm" not in y or "sop" not in y:
+            raise ValueError("AlbertPretrainer trains on y = {'mlm': masked ids [B, P], "
+                             "'sop': sentence-order labels [B]} (objective albert_mlm_sop); "
+                             f"got {type(y).__name__} "
+                             f"{sorted(y) if isinstance(y, dict) else ''}")
+        mlm_logits = ops.cast(y_pred["mlm"], "float32")
+        sop_logits = ops.cast(y_pred["sop"], "float32")
+        mlm_labels = y["mlm"]
+        sop_labels = ops.reshape(y["sop"], (-1,))
+        if isinstance(sample_weight, dict):
+            sample_weight = sample_weight.get("mlm")
+        if sample_weight is None:
+            mlm_weights = ops.ones(ops.shape(mlm_labels), dtype="float32")
+        else:
+            mlm_weights = ops.cast(sample_weight, "float32")
+
+        mlm_nll = keras.losses.sparse_categorical_crossentropy(
+            mlm_labels, mlm_logits, from_logits=True
+        )
+        sop_nll = keras.losses.sparse_categorical_crossentropy(
+            sop_labels, sop_logits, from_logits=True
+        )
+        mlm_loss = ops.sum(mlm_weights * mlm_nll) / (
+            sum_over_replicas(ops.sum(mlm_weights)) + 1e-5
+        )
+        sop_loss = ops.sum(sop_nll) / sum_over_replicas(
+            ops.cast(ops.shape(sop_nll)[0], "float32")
+        )
+
+        self.mlm_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(mlm_loss)))
+        self.sop_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(sop_loss)))
+        self.mlm_accuracy.update_state(mlm_labels, mlm_logits, sample_weight=mlm_weights)
+        self.sop_accuracy.update_state(sop_labels, sop_logits)
+
+        loss = mlm_loss + sop_loss
+        if self.losses:  # regularisers, if a caller adds any: averaged like Keras does
+            regularization = ops.cast(ops.sum(self.losses), "float32")
+            loss = loss + regularization / tf.distribute.get_strategy().num_replicas_in_sync
+        return loss
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.layers.serialize(self.backbone),
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("backbone"), dict):
+            config["backbone"] = keras.layers.deserialize(config["backbone"])
+        return cls(**config)
