@@ -23,6 +23,7 @@ from lmfactory.models import bert  # noqa: E402,F401  isort:skip
 from lmfactory.models import gpt2  # noqa: E402,F401  isort:skip
 from lmfactory.models import roberta  # noqa: E402,F401  isort:skip
 from lmfactory.models import albert  # noqa: E402,F401  isort:skip
+from lmfactory.models import electra  # noqa: E402,F401  isort:skip
 
 CHECKPOINT_FORMAT = "lmfactory.backbone"
 CHECKPOINT_CONFIG = "config.json"

@@ -1,0 +1,81 @@
+"""ELECTRA fine-tuned for sequence classification (Clark et al. 2020 §3.1, GLUE)."""
+
+import keras
+
+from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
+from lmfactory.models.electra.electra_backbone import ELECTRA_BACKBONE_INPUTS
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class ElectraClassifier(keras.Model):
+    """An `ElectraBackbone` (the pre-trained discriminator) with a classification head on
+    the first token (`[CLS]`).
+
+    ELECTRA's discriminator has no pooler, so the head reads the final hidden state of the
+    first token directly. The head is the one of the Hugging Face ELECTRA port
+    (`ElectraClassificationHead`), so its converted classifiers load as is: dropout,
+    Dense(H) + GELU, dropout, Dense(K). (The paper's own fine-tuning code puts a single
+    linear layer after dropout; the extra Dense(H) + GELU layer replaces BERT's pooler.)
+    Dropout 0.1, as in the paper's fine-tuning hyperparameters (Appendix A).
+
+    Inputs (dict, int32 [batch, seq_len]): `token_ids`, `padding_mask`, `segment_ids`.
+    Output: logits [batch, num_classes].
+
+    Args:
+        backbone: an `ElectraBackbone`.
+        num_classes: K, the number of labels.
+        dropout: dropout rate before each dense layer of the head.
+    """
+
+    def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
+        if int(num_classes) < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        # === Layers ===
+        self.backbone = backbone
+        self.pooled_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="pooled_dropout")
+        self.pooled_dense = keras.layers.Dense(
+            backbone.hidden_dim,
+            activation="gelu",
+            kernel_initializer=bert_kernel_initializer(),
+            dtype=backbone.dtype_policy,
+            name="pooled_dense",
+        )
+        self.output_dropout = keras.layers.Dropout(
+            dropout, dtype=backbone.dtype_policy, name="output_dropout")
+        self.output_dense = keras.layers.Dense(
+            num_classes,
+            kernel_initializer=bert_kernel_initializer(),
+            dtype=backbone.dtype_policy,
+            name="logits",
+        )
+
+        # === Functional model ===
+        inputs = {
+            name: keras.Input(shape=(None,), dtype="int32", name=name)
+            for name in ELECTRA_BACKBONE_INPUTS
+        }
+        first_token = backbone(inputs)["sequence_output"][:, 0, :]
+        x = self.pooled_dense(self.pooled_dropout(first_token))
+        logits = self.output_dense(self.output_dropout(x))
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+
+        # === Config ===
+        self.num_classes = int(num_classes)
+        self.dropout = dropout
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "backbone": keras.layers.serialize(self.backbone),
+            "num_classes": self.num_classes,
+            "dropout": self.dropout,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("backbone"), dict):
+            config["backbone"] = keras.layers.deserialize(config["backbone"])
+        return cls(**config)
