@@ -30,7 +30,8 @@ DEFAULTS = {
                   "min_frequency": 2},
     "objective": {"max_seq_length": 128, "masked_lm_prob": 0.15, "max_predictions_per_seq": 20,
                   "short_seq_prob": 0.1, "dupe_factor": 5, "whole_word_masking": False,
-                  "dynamic_masking": False, "seed": 12345},
+                  "dynamic_masking": False, "ngram_masking": 0, "mask_token_rate": 0.8,
+                  "random_token_rate": 0.1, "seed": 12345},
     "pretraining": {"steps": 1000, "batch_size": 32, "learning_rate": 1e-4,
                     "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10,
                     "task_args": {}, "init_checkpoint": None, "tokenizer_dir": None},
@@ -185,8 +186,56 @@ def _check_pretraining_data(check: _Checker, architecture: str) -> str:
     check.positive_int("objective.dupe_factor")
     check.boolean("objective.whole_word_masking")
     check.boolean("objective.dynamic_masking")
+    ngram = check.get("objective.ngram_masking")
+    if isinstance(ngram, bool) or not isinstance(ngram, int) or ngram < 0:
+        raise RecipeError("objective.ngram_masking", f"must be an integer >= 0 (the longest "
+                                                     f"masked n-gram; 0 = off), got {ngram!r}")
+    check.fraction("objective.mask_token_rate")
+    check.fraction("objective.random_token_rate")
+    if check.get("objective.mask_token_rate") + check.get("objective.random_token_rate") > 1:
+        raise RecipeError("objective.random_token_rate", "mask_token_rate + random_token_rate "
+                                                         "must not exceed 1")
     _check_source(check, "data.corpus")
     return objective
+
+
+def _check_teacher(check: _Checker, recipe: dict, architecture: str, objective) -> None:
+    """A ``teacher`` section (knowledge distillation: architecture, preset, overrides, the
+    objective it is pretrained on, and its own ``pretraining`` settings, defaulting to the
+    recipe's) exactly when the student's objective trains against a teacher."""
+    from lmfactory import models
+
+    needs_teacher = objective is not None and getattr(
+        models.get(architecture).pretrainer(objective), "needs_teacher", False)
+    teacher = recipe.get("teacher")
+    if not needs_teacher:
+        if teacher:
+            raise RecipeError("teacher", f"{architecture}'s {objective} objective trains no "
+                                         f"student: remove the teacher section")
+        return
+    if not isinstance(teacher, dict):
+        raise RecipeError("teacher", f"{architecture} is trained by distillation: give a "
+                                     f"teacher (architecture, preset, objective)")
+    student_pretraining = {key: value for key, value in recipe["pretraining"].items()
+                           if key not in ("task_args", "init_checkpoint", "tokenizer_dir")}
+    recipe["teacher"] = teacher = _merge(
+        {"preset": "tiny", "overrides": {}, "pretraining": student_pretraining}, teacher)
+    name = check.choice("teacher.architecture", models.names())
+    if teacher["preset"] not in models.presets(name):
+        raise RecipeError("teacher.preset", f"must be one of {', '.join(models.presets(name))} "
+                                            f"for {name}; got {teacher['preset']!r}")
+    if not isinstance(teacher["overrides"], dict):
+        raise RecipeError("teacher.overrides", "must be a mapping of backbone arguments")
+    if models.get(name).tokenizer_kind != models.get(architecture).tokenizer_kind:
+        raise RecipeError("teacher.architecture", f"{name} tokenizes with "
+                                                  f"{models.get(name).tokenizer_kind}, the "
+                                                  f"student with "
+                                                  f"{models.get(architecture).tokenizer_kind}")
+    check.choice("teacher.objective", models.get(name).objectives)
+    check.positive_int("teacher.pretraining.steps")
+    check.positive_int("teacher.pretraining.batch_size")
+    check.positive_int("teacher.pretraining.eval_steps")
+    check.fraction("teacher.pretraining.learning_rate", 1e-8, 1.0)
 
 
 def validate(recipe: dict) -> dict:
@@ -211,6 +260,7 @@ def validate(recipe: dict) -> dict:
                                                          "is supported for classification")
     else:
         objective = None  # the checkpoint's tokenizer and weights replace corpus learning
+    _check_teacher(check, recipe, architecture, objective)
     for stage in ("pretraining", "finetuning"):
         check.positive_int(f"{stage}.steps")
         check.positive_int(f"{stage}.batch_size")

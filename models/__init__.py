@@ -16,6 +16,7 @@ import json
 import os
 
 from lmfactory.models import registry
+from lmfactory.models import tokenizers  # noqa: F401  (registers the tokenizer classes)
 from lmfactory.models.registry import Architecture, get, names, register
 
 # Each import registers its architecture.
@@ -24,6 +25,8 @@ from lmfactory.models import gpt2  # noqa: E402,F401  isort:skip
 from lmfactory.models import roberta  # noqa: E402,F401  isort:skip
 from lmfactory.models import albert  # noqa: E402,F401  isort:skip
 from lmfactory.models import electra  # noqa: E402,F401  isort:skip
+from lmfactory.models import distilbert  # noqa: E402,F401  isort:skip
+from lmfactory.models import tinybert  # noqa: E402,F401  isort:skip
 
 CHECKPOINT_FORMAT = "lmfactory.backbone"
 CHECKPOINT_CONFIG = "config.json"

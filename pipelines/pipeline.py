@@ -2,6 +2,7 @@
 -> fine-tune -> evaluate (blessing gate) -> push a TF Serving SavedModel.
 
     CorpusExampleGen -> VocabularyGen -> PretrainingExampleGen -> Pretrainer ─┐
+      (or CheckpointImporter: published weights, recipe pretraining.init_checkpoint)
     TaskExampleGen (classification)  ──────────────────────────────────────── FineTuner
       or TargetExampleGen -> TargetLMExampleGen (causal LM fine-tuning) ──────┘    │
     LatestBlessedModelResolver ──────────────────────────────── LMEvaluator <───────┤
@@ -14,6 +15,8 @@ import os
 
 from tfx import v1 as tfx
 
+from lmfactory import models
+from lmfactory.components.checkpoint_import.component import CheckpointImporter
 from lmfactory.components.evaluator.component import LMEvaluator
 from lmfactory.components.example_gen.component import TextExampleGen
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
@@ -22,14 +25,18 @@ from lmfactory.recipe import beam_pipeline_args
 
 RUN_FN = "lmfactory.components.trainer.run_fn.run_fn"
 OBJECTIVE_KEYS = ("max_seq_length", "masked_lm_prob", "max_predictions_per_seq",
-                  "short_seq_prob", "dupe_factor", "whole_word_masking", "dynamic_masking")
+                  "short_seq_prob", "dupe_factor", "whole_word_masking", "dynamic_masking",
+                  "ngram_masking", "mask_token_rate", "random_token_rate")
+
+
+def _resolve_path(path: str) -> str:
+    """A relative local path made absolute (against the working directory); URLs stay."""
+    return path if "://" in path else os.path.abspath(path)  # gs://, pkg://: as given
 
 
 def _absolute_paths(source: dict) -> dict:
-    """Resolves relative local data paths against the working directory; URLs stay as given."""
-    def resolve(path: str) -> str:
-        return path if "://" in path else os.path.abspath(path)
-
+    """Resolves the relative local data paths of a data source."""
+    resolve = _resolve_path
     source = dict(source)
     if "path" in source:
         source["path"] = resolve(source["path"])
@@ -40,12 +47,16 @@ def _absolute_paths(source: dict) -> dict:
     return source
 
 
-def _trainer_config(recipe: dict, stage: str, task: dict | None) -> dict:
-    runtime, settings = recipe["runtime"], recipe[stage]
+def _trainer_config(recipe: dict, settings: dict, task: dict | None,
+                    model: dict | None = None) -> dict:
+    """The Trainer's custom_config (components/trainer/config.py). ``model``: architecture,
+    preset and overrides when they are not the recipe's own (a distillation teacher)."""
+    runtime = recipe["runtime"]
+    model = model or recipe
     return {
-        "architecture": recipe["architecture"],
-        "preset": recipe["preset"],
-        "overrides": recipe["overrides"],
+        "architecture": model["architecture"],
+        "preset": model["preset"],
+        "overrides": model["overrides"],
         "task": task,
         "batch_size": settings["batch_size"],
         "learning_rate": settings["learning_rate"],
@@ -61,39 +72,78 @@ def _trainer_config(recipe: dict, stage: str, task: dict | None) -> dict:
     }
 
 
-def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None):
-    settings = recipe[stage]
+def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, model=None):
+    """A TFX Trainer running ``run_fn`` with the recipe section ``stage``'s settings
+    (``model["pretraining"]`` for a teacher)."""
+    settings = (model or recipe)[stage]
     return tfx.components.Trainer(
         run_fn=RUN_FN,
         examples=examples,
         base_model=base_model,
         train_args=tfx.proto.TrainArgs(num_steps=settings["steps"]),
         eval_args=tfx.proto.EvalArgs(num_steps=settings["eval_steps"]),
-        custom_config=_trainer_config(recipe, stage, task),
+        custom_config=_trainer_config(recipe, settings, task, model),
     )
 
 
-def _lm_example_gen(recipe: dict, examples, vocabulary):
+def _lm_example_gen(recipe: dict, examples, vocabulary, objective_name: str | None = None):
     objective = recipe["objective"]
     return PretrainingExampleGen(examples=examples, vocabulary=vocabulary,
-                                 objective=objective["name"], random_seed=objective["seed"],
+                                 objective=objective_name or objective["name"],
+                                 random_seed=objective["seed"],
                                  **{key: objective[key] for key in OBJECTIVE_KEYS})
 
 
-def create_components(recipe: dict, serving_dir: str) -> list:
+def _pretraining_stage(recipe: dict):
+    """The components that produce the model fine-tuning starts from: learned from the
+    corpus (vocabulary, examples, Pretrainer) or imported from a published checkpoint.
+    Returns ``(components, model channel, vocabulary channel or None)``."""
+    pretraining = recipe["pretraining"]
+    if pretraining.get("init_checkpoint"):
+        importer = CheckpointImporter(
+            architecture=recipe["architecture"],
+            checkpoint=_resolve_path(pretraining["init_checkpoint"]),
+            tokenizer_dir=(_resolve_path(pretraining["tokenizer_dir"])
+                           if pretraining.get("tokenizer_dir") else None),
+            sequence_length=recipe["finetuning"]["sequence_length"])
+        return [importer], importer.outputs["model"], None
     corpus_gen = TextExampleGen(
         input_config=_absolute_paths(recipe["data"]["corpus"])).with_id("CorpusExampleGen")
     tokenizer = recipe["tokenizer"]
     vocabulary_gen = VocabularyGen(
         examples=corpus_gen.outputs["examples"], kind=tokenizer["kind"],
         vocab_size=tokenizer["vocab_size"], lowercase=tokenizer["lowercase"],
-        strip_accents=tokenizer["strip_accents"], min_frequency=tokenizer["min_frequency"])
+        strip_accents=tokenizer["strip_accents"], min_frequency=tokenizer["min_frequency"],
+        special_tokens=models.get(recipe["architecture"]).special_tokens)
     pretraining_gen = _lm_example_gen(recipe, corpus_gen.outputs["examples"],
                                       vocabulary_gen.outputs["vocabulary"])
-    pretrainer = _trainer(recipe, "pretraining",
-                          pretraining_gen.outputs["pretraining_examples"]).with_id("Pretrainer")
-    components = [corpus_gen, vocabulary_gen, pretraining_gen, pretrainer]
+    components = [corpus_gen, vocabulary_gen, pretraining_gen]
+    teacher_model = None
+    if recipe.get("teacher"):
+        components += _teacher_stage(recipe, corpus_gen.outputs["examples"],
+                                     vocabulary_gen.outputs["vocabulary"])
+        teacher_model = components[-1].outputs["model"]
+    pretrainer = _trainer(recipe, "pretraining", pretraining_gen.outputs["pretraining_examples"],
+                          base_model=teacher_model
+                          ).with_id("Distiller" if teacher_model else "Pretrainer")
+    return (components + [pretrainer], pretrainer.outputs["model"],
+            vocabulary_gen.outputs["vocabulary"])
 
+
+def _teacher_stage(recipe: dict, corpus, vocabulary) -> list:
+    """Knowledge distillation (DistilBERT, TinyBERT): the teacher is pretrained on the same
+    corpus and vocabulary with its own objective; the Distiller (a Trainer whose base_model
+    is the teacher) then trains the recipe's student."""
+    teacher = recipe["teacher"]
+    examples = _lm_example_gen(recipe, corpus, vocabulary, teacher["objective"]
+                               ).with_id("TeacherExampleGen")
+    trainer = _trainer(recipe, "pretraining", examples.outputs["pretraining_examples"],
+                       model=teacher).with_id("TeacherPretrainer")
+    return [examples, trainer]
+
+
+def create_components(recipe: dict, serving_dir: str) -> list:
+    components, pretrained_model, vocabulary = _pretraining_stage(recipe)
     finetuning = recipe["finetuning"]
     if finetuning["task"] == "classification":
         task_gen = TextExampleGen(
@@ -107,15 +157,14 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         target_gen = TextExampleGen(
             input_config=_absolute_paths(recipe["data"]["target_corpus"])
         ).with_id("TargetExampleGen")
-        target_lm_gen = _lm_example_gen(recipe, target_gen.outputs["examples"],
-                                        vocabulary_gen.outputs["vocabulary"]
+        target_lm_gen = _lm_example_gen(recipe, target_gen.outputs["examples"], vocabulary
                                         ).with_id("TargetLMExampleGen")
         task_examples = target_lm_gen.outputs["pretraining_examples"]
         task = None
         components += [target_gen, target_lm_gen]
 
     finetuner = _trainer(recipe, "finetuning", task_examples, task=task,
-                         base_model=pretrainer.outputs["model"]).with_id("FineTuner")
+                         base_model=pretrained_model).with_id("FineTuner")
     baseline = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
         model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),

@@ -134,15 +134,59 @@ def test_wordpiece_tokenizer_covers_held_out_text(wordpiece_dir, corpus):
     assert unknown not in pieces
 
 
-def test_wordpiece_pretokenization_matches_the_tokenizer(corpus):
-    from lmfactory.components.vocabulary import wordpiece
-    from keras_hub.src.tokenizers.word_piece_tokenizer import pretokenize
+def _bert_basic_tokens(text, lowercase=True, strip_accents=True):
+    """BERT's basic tokenizer (Devlin et al. 2019; google-research/bert tokenization.py) in
+    plain Python, character by character: the reference the graph ops must agree with."""
+    import unicodedata
 
-    lines = corpus[1][:50] + TRICKY_STRINGS
-    words = wordpiece.pretokenize_lines(lines, lowercase=True, strip_accents=True)
-    expected = pretokenize(tf.constant(lines), lowercase=True, strip_accents=True)
-    assert words == [w.decode("utf-8") for w in expected.flat_values.numpy()]
+    def is_punctuation(char):
+        return ((33 <= ord(char) <= 47 or 58 <= ord(char) <= 64 or 91 <= ord(char) <= 96
+                 or 123 <= ord(char) <= 126) or unicodedata.category(char).startswith("P"))
+
+    def is_cjk(char):
+        return any(low <= ord(char) <= high for low, high in (
+            (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+            (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)))
+
+    cleaned = []
+    for char in text:
+        if char in "\t\n\r" or unicodedata.category(char) == "Zs":
+            cleaned.append(" ")
+        elif not (ord(char) in (0, 0xFFFD) or unicodedata.category(char).startswith("C")):
+            cleaned.append(f" {char} " if is_cjk(char) else char)
+    words = []
+    for word in "".join(cleaned).split():
+        if strip_accents:
+            word = "".join(c for c in unicodedata.normalize("NFD", word)
+                           if unicodedata.category(c) != "Mn")
+        if lowercase:
+            word = "".join(c.lower() for c in word)
+        current = ""
+        for char in word:
+            if is_punctuation(char):
+                words.extend([current, char] if current else [char])
+                current = ""
+            else:
+                current += char
+        if current:
+            words.append(current)
+    return words
+
+
+def test_wordpiece_pretokenization_matches_bert(corpus):
+    from lmfactory.components.vocabulary import wordpiece
+
+    lines = corpus[1][:50] + TRICKY_STRINGS + [
+        "a\u00a0b\u2028c\u200bd\x85e\u00adf", "ﬁne ½ ＡＢＣ İstanbul straße ΣΊΣΥΦΟΣ"]
+    for lowercase, strip_accents in ((True, True), (False, False), (False, True)):
+        words = wordpiece.pretokenize_lines(lines, lowercase=lowercase,
+                                            strip_accents=strip_accents)
+        expected = [word for line in lines
+                    for word in _bert_basic_tokens(line, lowercase, strip_accents)]
+        assert words == expected, (lowercase, strip_accents)
+    words = wordpiece.pretokenize_lines(lines)
     assert "creme" in words and "東" in words and "京" in words  # accents stripped, CJK split
+    assert {"a", "b", "cdef", "ﬁne", "σισυφοσ"} <= set(words)  # Unicode spaces; C* dropped
 
 
 # --- Byte-level BPE ----------------------------------------------------------------------
@@ -325,3 +369,209 @@ def test_component_runs_in_a_local_tfx_pipeline(tmp_path, examples_uri):
     assert len(outputs) == 1
     assert read_tokenizer_config(str(outputs[0]))["kind"] == "bpe"
     assert load_tokenizer(str(outputs[0])).vocabulary_size() == 400
+
+
+# --- SentencePiece (ALBERT) --------------------------------------------------------------
+SPM_SIZE = 600
+ALBERT_SPECIALS = {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]",
+                   "mask": "[MASK]"}
+
+
+@pytest.fixture(scope="module")
+def demo_lines(demo_data):
+    """A slice of the bundled corpus (WikiText-103 text, one sentence a line)."""
+    text = (demo_data / "corpus.txt").read_text(encoding="utf-8")
+    return [line.strip() for line in text.split("\n") if line.strip()][:2500]
+
+
+@pytest.fixture(scope="module")
+def demo_examples_uri(tmp_path_factory, demo_lines):
+    root = str(tmp_path_factory.mktemp("demo_examples"))
+    _write_split(root, "train", _documents(demo_lines))
+    return root
+
+
+def _sentencepiece_properties(**extra):
+    return {"kind": "sentencepiece", "vocab_size": SPM_SIZE, "splits": json.dumps(["train"]),
+            **extra}
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_artifact(tmp_path_factory, demo_examples_uri):
+    vocabulary = Vocabulary()
+    vocabulary.uri = str(tmp_path_factory.mktemp("sentencepiece"))
+    Executor().Do({"examples": [_examples_artifact(demo_examples_uri, splits=("train",))]},
+                  {"vocabulary": [vocabulary]}, _sentencepiece_properties())
+    return vocabulary
+
+
+def test_sentencepiece_files_follow_the_contract(sentencepiece_artifact):
+    from lmfactory.models.tokenizers import AlbertSentencePieceTokenizer, special_token_ids
+
+    folder = sentencepiece_artifact.uri
+    assert sorted(os.listdir(folder)) == ["spm.model", "tokenizer.json"]
+    assert read_tokenizer_config(folder) == {
+        "kind": "sentencepiece", "model_file": "spm.model", "lowercase": True,
+        "strip_accents": True, "special_tokens": ALBERT_SPECIALS}
+    assert sentencepiece_artifact.get_string_custom_property("kind") == "sentencepiece"
+    assert sentencepiece_artifact.get_int_custom_property("vocabulary_size") == SPM_SIZE
+    tokenizer = load_tokenizer(folder)
+    assert isinstance(tokenizer, AlbertSentencePieceTokenizer)
+    assert tokenizer.vocabulary_size() == SPM_SIZE
+    vocabulary = tokenizer.get_vocabulary()
+    assert len(vocabulary) == SPM_SIZE and len(set(vocabulary)) == SPM_SIZE
+    assert vocabulary[:5] == ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    assert special_token_ids(folder) == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
+    assert tokenizer.token_to_id("[MASK]") == 4 and tokenizer.id_to_token(3) == "[SEP]"
+    assert "\u2581the" in vocabulary  # pieces carry the word-start marker
+    assert not any(piece != piece.lower() for piece in vocabulary[5:])  # lowercase=True
+    # The control symbols are never produced from text.
+    ids = _flat_ids(tokenizer, ["the [MASK] and [CLS] of <pad>"])
+    assert not set(ids) & {0, 2, 3, 4}
+
+
+def test_sentencepiece_round_trips_normalised_text(sentencepiece_artifact, demo_lines):
+    from lmfactory.models.tokenizers import albert_preprocess_python
+
+    tokenizer = load_tokenizer(sentencepiece_artifact.uri)
+    # WikiText writes unknown words as "<unk>", which SentencePiece's trainer leaves out of
+    # its character statistics (it is the unknown piece), so "<" and ">" stay unknown.
+    samples = [line for line in demo_lines[:200] if "<unk>" not in line] + [
+        "  The  LOBSTER,\tcaught near Sao Paulo\u00a0 ``today''  ",
+        "Cr\u00e8me br\u00fbl\u00e9e \u00e0 la caf\u00e9", ""]
+    ids = tokenizer.tokenize(samples)
+    assert 1 not in [token for row in _as_list(ids) for token in row]  # no <unk>
+    decoded = [t.decode("utf-8") if isinstance(t, bytes) else t
+               for t in _as_list(tokenizer.detokenize(ids))]
+    assert decoded == [albert_preprocess_python(sample) for sample in samples]
+    assert decoded[-3] == 'the lobster, caught near sao paulo "today"'
+    assert decoded[-2] == "creme brulee a la cafe"
+    tokens = len(_flat_ids(tokenizer, samples[:100]))
+    assert tokens < 0.5 * sum(len(sample) for sample in samples[:100])  # it compresses
+
+
+def test_sentencepiece_learning_is_deterministic(tmp_path, demo_examples_uri,
+                                                 sentencepiece_artifact):
+    output = str(tmp_path / "again")
+    learn_vocabulary({"train": os.path.join(demo_examples_uri, "Split-train", "*.gz")},
+                     output, VocabularyConfig(kind="sentencepiece", vocab_size=SPM_SIZE),
+                     beam_pipeline_args=["--direct_num_workers=1"])
+    with open(os.path.join(output, "spm.model"), "rb") as f:
+        again = f.read()
+    with open(os.path.join(sentencepiece_artifact.uri, "spm.model"), "rb") as f:
+        assert f.read() == again
+
+
+def test_sentencepiece_tokenizer_in_tf_function_and_saved_model(tmp_path,
+                                                               sentencepiece_artifact):
+    tokenizer = load_tokenizer(sentencepiece_artifact.uri)
+    texts = ["Homarus gammarus, 1,000 LOBSTERS!", "", "  a  b  "]
+    eager = _as_list(tokenizer.tokenize(texts))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def tokenize(batch):
+        return tokenizer.tokenize(batch)
+
+    traced = tokenize(tf.constant(texts))
+    assert isinstance(traced, tf.RaggedTensor) and traced.to_list() == eager
+
+    class Serving(tf.Module):
+        def __init__(self, layer):
+            super().__init__()
+            self.layer = layer
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def __call__(self, batch):
+            return self.layer.tokenize(batch).to_tensor()
+
+    tf.saved_model.save(Serving(tokenizer), str(tmp_path / "saved"))
+    reloaded = tf.saved_model.load(str(tmp_path / "saved"))
+    dense = reloaded(tf.constant(texts)).numpy().tolist()
+    assert [[t for t in row[:len(ids)]] for row, ids in zip(dense, eager)] == eager
+    assert all(not any(row[len(ids):]) for row, ids in zip(dense, eager))
+
+
+def test_sentencepiece_custom_specials_and_case(tmp_path, demo_examples_uri):
+    specials = {"unk": "<unk>", "pad": "<pad>", "cls": "<cls>", "sep": "<sep>",
+                "mask": "<mask>", "end_of_text": "<eod>"}
+    vocabulary = Vocabulary()
+    vocabulary.uri = str(tmp_path / "vocabulary")
+    Executor().Do({"examples": [_examples_artifact(demo_examples_uri, splits=("train",))]},
+                  {"vocabulary": [vocabulary]},
+                  _sentencepiece_properties(vocab_size=300, lowercase=False,
+                                            special_tokens=json.dumps(specials)))
+    tokenizer = load_tokenizer(vocabulary.uri)
+    assert tokenizer.get_vocabulary()[:6] == ["<pad>", "<unk>", "<cls>", "<sep>", "<mask>",
+                                              "<eod>"]
+    assert tokenizer.vocabulary_size() == 300
+    assert read_tokenizer_config(vocabulary.uri)["lowercase"] is False
+    assert any(piece != piece.lower() for piece in tokenizer.get_vocabulary()[6:])
+
+
+# --- Special-token sets ------------------------------------------------------------------
+ROBERTA_SPECIALS = {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>",
+                    "mask": "<mask>"}
+
+
+def test_bpe_with_roberta_special_tokens(tmp_path, examples_uri):
+    from lmfactory.models.tokenizers import special_token_ids
+
+    output = str(tmp_path / "roberta")
+    learn_vocabulary({"small": os.path.join(examples_uri, "Split-small", "*.gz")}, output,
+                     VocabularyConfig(kind="bpe", vocab_size=400,
+                                      special_tokens=ROBERTA_SPECIALS))
+    with open(os.path.join(output, "vocab.json"), encoding="utf-8") as f:
+        vocabulary = json.load(f)
+    by_id = [token for token, _ in sorted(vocabulary.items(), key=lambda kv: kv[1])]
+    assert len(vocabulary) == 400 and sorted(vocabulary.values()) == list(range(400))
+    assert by_id[:5] == ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    assert by_id[5:261] == bpe.BYTE_SYMBOLS
+    assert read_tokenizer_config(output)["special_tokens"] == ROBERTA_SPECIALS
+    assert special_token_ids(output) == {"cls": 0, "pad": 1, "sep": 2, "unk": 3, "mask": 4}
+    tokenizer = load_tokenizer(output)
+    for token, index in (("<s>", 0), ("<pad>", 1), ("</s>", 2), ("<unk>", 3), ("<mask>", 4)):
+        assert _as_list(tokenizer.tokenize(token)) == [index]
+    ids = _as_list(tokenizer.tokenize("<s>The lobster<mask> is blue.</s>"))
+    assert ids[0] == 0 and ids[-1] == 2 and 4 in ids and 1 not in ids and 3 not in ids
+    text = "The lobsters, caught near Zürich."
+    assert tokenizer.detokenize(tokenizer.tokenize(text)) == text
+
+
+def test_wordpiece_reserves_a_custom_special_set_first(tmp_path, examples_uri):
+    output = str(tmp_path / "wordpiece")
+    learn_vocabulary({"small": os.path.join(examples_uri, "Split-small", "*.gz")}, output,
+                     VocabularyConfig(kind="wordpiece", vocab_size=600,
+                                      special_tokens=ROBERTA_SPECIALS))
+    tokens = _read_lines(os.path.join(output, "vocab.txt"))
+    assert tokens[:5] == ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    assert len(tokens) <= 600 and "[PAD]" not in tokens
+    tokenizer = load_tokenizer(output)
+    assert _as_list(tokenizer.tokenize("the \u2603")) == [tokenizer.token_to_id("the"), 3]
+
+
+def test_special_token_validation():
+    with pytest.raises(ValueError, match="unknown role"):
+        VocabularyConfig(kind="bpe", vocab_size=500, special_tokens={"bos": "<s>"})
+    with pytest.raises(ValueError, match="'unk'"):
+        VocabularyConfig(kind="wordpiece", vocab_size=500, special_tokens={"pad": "[PAD]"})
+    with pytest.raises(ValueError, match="'unk'"):
+        VocabularyConfig(kind="sentencepiece", vocab_size=500, special_tokens={"pad": "<p>"})
+    with pytest.raises(ValueError, match="non-empty string"):
+        VocabularyConfig(kind="bpe", vocab_size=500, special_tokens={"pad": " "})
+    with pytest.raises(ValueError, match="at least 261"):
+        VocabularyConfig(kind="bpe", vocab_size=260, special_tokens=ROBERTA_SPECIALS)
+    assert VocabularyConfig(kind="bpe", vocab_size=261,
+                            special_tokens=ROBERTA_SPECIALS).vocab_size == 261
+    config = VocabularyConfig.from_exec_properties(
+        {"kind": "bpe", "vocab_size": 500, "special_tokens": json.dumps(ROBERTA_SPECIALS)})
+    assert config.resolved_special_tokens == ROBERTA_SPECIALS
+    assert VocabularyConfig(kind="sentencepiece", vocab_size=500).resolved_special_tokens == \
+        ALBERT_SPECIALS
+    assert VocabularyConfig(kind="bpe", vocab_size=500).resolved_special_tokens == {
+        "end_of_text": "<|endoftext|>", "pad": "<|endoftext|>"}
+    examples = channel.Channel(type=standard_artifacts.Examples)
+    component = VocabularyGen(examples=examples, kind="sentencepiece", vocab_size=30000,
+                              special_tokens=ALBERT_SPECIALS)
+    assert json.loads(component.exec_properties["special_tokens"]) == ALBERT_SPECIALS
+    assert VocabularyGen(examples=examples, kind="bpe", vocab_size=300).exec_properties.get(
+        "special_tokens") is None

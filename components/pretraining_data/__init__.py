@@ -1,7 +1,9 @@
-"""PretrainingExampleGen: corpus Examples -> BERT MLM+NSP or causal-LM records (CONTRACTS §3).
+"""PretrainingExampleGen: corpus Examples -> pretraining records (CONTRACTS §3).
 
 Modules: ``features`` (record format, config defaults, ``make_dataset`` for the trainer; no
-TFX/Beam imports), ``bert_mlm_nsp`` and ``causal_lm`` (instance creation, pure Python),
+TFX/Beam imports), ``bert_mlm_nsp`` (BERT MLM+NSP), ``albert_mlm_sop`` (ALBERT MLM+SOP),
+``full_sentences`` (RoBERTa FULL-SENTENCES ``mlm``), ``masking`` (token, whole-word and n-gram
+masking shared by those three) and ``causal_lm`` (GPT-2 blocks): instance creation, pure Python;
 ``executor`` (Beam pipeline, ``generate_pretraining_examples``, TFX ``Executor``),
 ``component`` (``PretrainingExampleGen``). The TFX names below are imported lazily so that
 ``features`` can be used without importing TFX.

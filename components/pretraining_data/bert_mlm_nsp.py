@@ -16,8 +16,10 @@ Follows Devlin et al. 2019, "BERT" §3.1 (Task #1 masked LM, Task #2 NSP) and Ap
   ``max_predictions_per_seq``) of the ``n`` tokens other than [CLS]/[SEP] are chosen; each
   chosen token becomes [MASK] 80% of the time, a random non-special token 10%, and stays
   unchanged 10%. Positions are reported in increasing order. With ``whole_word_masking``
-  all WordPiece pieces of a word (a piece and the ``##`` pieces that follow it) are chosen
-  together and share one 80/10/10 decision.
+  all pieces of a word (for WordPiece a piece and the ``##`` pieces that follow it) are
+  chosen together and share one 80/10/10 decision; ``ngram_masking`` selects spans of whole
+  words instead (ALBERT §4.1). The masking code is shared with the other MLM objectives and
+  lives in ``masking.py``.
 
 Adaptations, and why:
 
@@ -40,46 +42,18 @@ Adaptations, and why:
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import random
-import re
 from typing import Iterable, NamedTuple, Sequence
 
 import tensorflow as tf
 
+from lmfactory.components.pretraining_data.masking import (  # noqa: F401  (re-exported)
+    BertVocabulary, MaskedLmPredictions, count_masking, create_masked_lm_predictions,
+    int_feature, masked_lm_features, masking_stats, padded)
+
 NOT_NEXT = 1  # next_sentence_labels: 0 = IsNext (B follows A), 1 = random next
 IS_NEXT = 0
-_RESERVED_TOKEN = re.compile(r"^\[[A-Za-z0-9_]+\]$")  # [PAD], [unused12], ...
-
-
-@dataclasses.dataclass(frozen=True)
-class BertVocabulary:
-    """The ids masking needs: specials, ``##`` continuation pieces, random-replacement pool."""
-
-    cls_id: int
-    sep_id: int
-    mask_id: int
-    pad_id: int
-    size: int
-    continuation_ids: frozenset
-    replacement_ids: tuple  # every id that is not a special/reserved token
-
-    @classmethod
-    def from_tokens(cls, tokens: Sequence[str], special_tokens: dict) -> "BertVocabulary":
-        """``tokens`` is the id-ordered vocabulary; ``special_tokens`` maps role -> token."""
-        index = {token: i for i, token in enumerate(tokens)}
-        for role in ("cls", "sep", "mask", "pad"):
-            if special_tokens.get(role) not in index:
-                raise ValueError(f"bert_mlm_nsp needs a {role!r} special token in the vocabulary")
-        special_ids = {index[t] for t in special_tokens.values() if t in index}
-        replacement_ids = tuple(i for i, t in enumerate(tokens)
-                                if i not in special_ids and not _RESERVED_TOKEN.match(t))
-        return cls(cls_id=index[special_tokens["cls"]], sep_id=index[special_tokens["sep"]],
-                   mask_id=index[special_tokens["mask"]], pad_id=index[special_tokens["pad"]],
-                   size=len(tokens),
-                   continuation_ids=frozenset(i for i, t in enumerate(tokens) if t.startswith("##")),
-                   replacement_ids=replacement_ids)
 
 
 class TrainingInstance(NamedTuple):
@@ -88,14 +62,6 @@ class TrainingInstance(NamedTuple):
     tokens: list
     segment_ids: list
     is_random_next: bool
-
-
-class MaskedLmPredictions(NamedTuple):
-    output_tokens: list  # tokens after [MASK]/random/keep replacement
-    positions: list      # increasing positions of the chosen tokens
-    labels: list         # original ids at those positions
-    replacements: dict   # counts: {"mask": .., "random": .., "kept": ..}
-    capped: bool         # True when max_predictions_per_seq limited the count
 
 
 def seeded_rng(*scope) -> random.Random:
@@ -201,78 +167,7 @@ def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int,
             longer.pop()
 
 
-# --------------------------------------------------------------------------- masking
-
-
-def create_masked_lm_predictions(tokens: Sequence[int], vocab: BertVocabulary,
-                                 masked_lm_prob: float, max_predictions_per_seq: int,
-                                 whole_word_masking: bool, rng: random.Random,
-                                 mask_token_rate: float = 0.8,
-                                 random_token_rate: float = 0.1) -> MaskedLmPredictions:
-    """Chooses and replaces the masked-LM targets of one sequence (BERT §3.1 Task #1)."""
-    groups = _candidate_groups(tokens, vocab, whole_word_masking)
-    rng.shuffle(groups)
-    num_candidates = sum(len(group) for group in groups)
-    wanted = max(1, int(round(num_candidates * masked_lm_prob)))
-    num_to_predict = min(max_predictions_per_seq, wanted)
-    output_tokens, chosen = list(tokens), []
-    replacements = {"mask": 0, "random": 0, "kept": 0}
-    for group in groups:
-        if len(chosen) >= num_to_predict:
-            break
-        if len(chosen) + len(group) > num_to_predict:
-            continue  # a whole word that does not fit; try a shorter one
-        kind = _replacement_kind(rng, mask_token_rate, random_token_rate)
-        replacements[kind] += len(group)
-        for position in group:
-            output_tokens[position] = _replacement_id(kind, tokens[position], vocab, rng)
-            chosen.append(position)
-    positions = sorted(chosen)
-    return MaskedLmPredictions(output_tokens, positions, [tokens[p] for p in positions],
-                               replacements, wanted > max_predictions_per_seq)
-
-
-def _candidate_groups(tokens, vocab: BertVocabulary, whole_word_masking: bool) -> list:
-    """Positions that may be masked, grouped into words when ``whole_word_masking``."""
-    groups = []
-    for position, token in enumerate(tokens):
-        if token in (vocab.cls_id, vocab.sep_id):
-            continue
-        joins_previous = (whole_word_masking and token in vocab.continuation_ids
-                          and groups and groups[-1][-1] == position - 1)
-        if joins_previous:
-            groups[-1].append(position)
-        else:
-            groups.append([position])
-    return groups
-
-
-def _replacement_kind(rng, mask_token_rate, random_token_rate) -> str:
-    draw = rng.random()
-    if draw < mask_token_rate:
-        return "mask"
-    if draw < mask_token_rate + random_token_rate:
-        return "random"
-    return "kept"
-
-
-def _replacement_id(kind, original, vocab: BertVocabulary, rng) -> int:
-    if kind == "mask":
-        return vocab.mask_id
-    if kind == "random":
-        return vocab.replacement_ids[rng.randrange(len(vocab.replacement_ids))]
-    return original
-
-
 # --------------------------------------------------------------------------- records
-
-
-def _int_feature(values) -> tf.train.Feature:
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-
-
-def _padded(values, length, pad=0) -> list:
-    return list(values) + [pad] * (length - len(values))
 
 
 def to_tf_example(tokens, segment_ids, is_random_next: bool, max_seq_length: int,
@@ -280,20 +175,24 @@ def to_tf_example(tokens, segment_ids, is_random_next: bool, max_seq_length: int
                   ) -> tf.train.Example:
     """The google-research/bert feature layout (CONTRACTS §3); no ``masked_lm_*`` when
     ``masked`` is None (dynamic masking)."""
+    return pair_example(tokens, segment_ids, "next_sentence_labels",
+                        NOT_NEXT if is_random_next else IS_NEXT, max_seq_length, masked,
+                        max_predictions_per_seq)
+
+
+def pair_example(tokens, segment_ids, label_name: str, label: int, max_seq_length: int,
+                 masked: MaskedLmPredictions | None, max_predictions_per_seq: int
+                 ) -> tf.train.Example:
+    """A two-segment record with one sentence-level label (NSP here, SOP in ALBERT)."""
     input_ids = masked.output_tokens if masked is not None else tokens
     features = {
-        "input_ids": _int_feature(_padded(input_ids, max_seq_length)),
-        "input_mask": _int_feature(_padded([1] * len(tokens), max_seq_length)),
-        "segment_ids": _int_feature(_padded(segment_ids, max_seq_length)),
-        "next_sentence_labels": _int_feature([NOT_NEXT if is_random_next else IS_NEXT]),
+        "input_ids": int_feature(padded(input_ids, max_seq_length)),
+        "input_mask": int_feature(padded([1] * len(tokens), max_seq_length)),
+        "segment_ids": int_feature(padded(segment_ids, max_seq_length)),
+        label_name: int_feature([label]),
     }
     if masked is not None:
-        count = len(masked.positions)
-        features["masked_lm_positions"] = _int_feature(
-            _padded(masked.positions, max_predictions_per_seq))
-        features["masked_lm_ids"] = _int_feature(_padded(masked.labels, max_predictions_per_seq))
-        features["masked_lm_weights"] = tf.train.Feature(float_list=tf.train.FloatList(
-            value=_padded([1.0] * count, max_predictions_per_seq, 0.0)))
+        features.update(masked_lm_features(masked, max_predictions_per_seq))
     return tf.train.Example(features=tf.train.Features(feature=features))
 
 
@@ -309,7 +208,7 @@ def shard_examples(documents: Sequence, vocab: BertVocabulary, config: dict,
     masks, like ``dupe_factor`` in the reference).
     """
     seed_scope = tuple(seed_scope)
-    stats = _empty_stats()
+    stats = _empty_stats(config)
     serialized = []
     for dupe_round in range(int(config["dupe_factor"])):
         rng = seeded_rng(*seed_scope, "dupe", dupe_round)
@@ -329,8 +228,9 @@ def _instance_record(instance: TrainingInstance, vocab, config, rng, stats) -> b
         masked = create_masked_lm_predictions(
             instance.tokens, vocab, config["masked_lm_prob"],
             int(config["max_predictions_per_seq"]), config["whole_word_masking"], rng,
-            config["mask_token_rate"], config["random_token_rate"])
-        _count_masking(stats, masked)
+            config["mask_token_rate"], config["random_token_rate"],
+            int(config.get("ngram_masking", 0)))
+        count_masking(stats, masked)
     stats["instances"] += 1
     stats["random_next"] += int(instance.is_random_next)
     stats["tokens"] += len(instance.tokens) - 3
@@ -340,14 +240,7 @@ def _instance_record(instance: TrainingInstance, vocab, config, rng, stats) -> b
     return example.SerializeToString(deterministic=True)
 
 
-def _empty_stats() -> dict:
-    return {"instances": 0, "random_next": 0, "tokens": 0, "masked_lm_predictions": 0,
-            "masked_lm_mask": 0, "masked_lm_random": 0, "masked_lm_kept": 0,
-            "capped_instances": 0}
-
-
-def _count_masking(stats: dict, masked: MaskedLmPredictions) -> None:
-    stats["masked_lm_predictions"] += len(masked.positions)
-    for kind, count in masked.replacements.items():
-        stats[f"masked_lm_{kind}"] += count
-    stats["capped_instances"] += int(masked.capped)
+def _empty_stats(config: dict) -> dict:
+    stats = {"instances": 0, "random_next": 0, "tokens": 0}
+    stats.update(masking_stats(int(config.get("ngram_masking", 0))))
+    return stats

@@ -1,7 +1,7 @@
 """PretrainingExampleGen: corpus Examples + Vocabulary -> pretraining Examples (CONTRACTS §3).
 
-A thin TFX component; the work is in :mod:`executor` (Beam), :mod:`bert_mlm_nsp` and
-:mod:`causal_lm`. Parameters are the keys of ``features.DEFAULT_CONFIG`` (booleans travel as
+A thin TFX component; the work is in :mod:`executor` (Beam), :mod:`bert_mlm_nsp`,
+:mod:`albert_mlm_sop`, :mod:`full_sentences` (``mlm``), :mod:`masking` and :mod:`causal_lm`. Parameters are the keys of ``features.DEFAULT_CONFIG`` (booleans travel as
 0/1 ints, the way TFX stores execution properties).
 """
 
@@ -50,7 +50,8 @@ class PretrainingExampleGenSpec(types.ComponentSpec):
 
 
 class PretrainingExampleGen(base_component.BaseComponent):
-    """Turns a text corpus into BERT MLM+NSP or GPT-2 causal-LM training records.
+    """Turns a text corpus into BERT MLM+NSP, ALBERT MLM+SOP, RoBERTa FULL-SENTENCES MLM or
+    GPT-2 causal-LM training records (``objective``, one of ``features.OBJECTIVES``).
 
     Example::
 

@@ -6,7 +6,8 @@ Per split::
       -> document key = SHA-256 of the text      (stable, content-based)
       -> tokenize batches of documents           (beam.BatchElements + load_tokenizer, §2)
       -> shard = key mod num_shards; GroupByKey  (num_shards: fixed or ceil(docs / per_shard))
-      -> per shard: sort documents by key, build instances (bert_mlm_nsp.py / causal_lm.py)
+      -> per shard: sort documents by key, build instances (bert_mlm_nsp.py,
+         albert_mlm_sop.py, full_sentences.py for ``mlm``, causal_lm.py)
          and write Split-<name>/data_tfrecord-<shard>-of-<num_shards>.gz
 
 Each shard's file is a pure function of (documents in the shard, config, seed), so a re-run
@@ -32,9 +33,11 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 from tfx.components.util import examples_utils
 
-from lmfactory.components.pretraining_data import bert_mlm_nsp, causal_lm
+from lmfactory.components.pretraining_data import (
+    albert_mlm_sop, bert_mlm_nsp, causal_lm, full_sentences)
 from lmfactory.components.pretraining_data.features import (
-    CONFIG_FILE, DEFAULT_CONFIG, VOCABULARY_DIR, resolve_config)
+    CONFIG_FILE, DEFAULT_CONFIG, MLM_OBJECTIVES, VOCABULARY_DIR, resolve_config)
+from lmfactory.components.pretraining_data.masking import BertVocabulary
 from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
 
 EXAMPLES_KEY = "examples"
@@ -43,6 +46,9 @@ PRETRAINING_EXAMPLES_KEY = "pretraining_examples"
 DATA_FILE_PREFIX = "data_tfrecord"
 _STATS_DIR = "_pretraining_stats_tmp"
 _BOOL_KEYS = ("whole_word_masking", "dynamic_masking", "reference_nsp_sampling")
+# Masked-LM objective -> module with ``shard_examples(documents, vocab, config, seed_scope)``.
+_MLM_BUILDERS = {"bert_mlm_nsp": bert_mlm_nsp, "albert_mlm_sop": albert_mlm_sop,
+                 "mlm": full_sentences}
 
 
 # --------------------------------------------------------------------------- documents
@@ -89,7 +95,7 @@ def document_sentences(text: bytes) -> list:
 class _TokenizeDocuments(beam.DoFn):
     """Tokenizes a batch of ``(key, text)`` documents with one tokenizer call.
 
-    bert_mlm_nsp: a document becomes a list of sentences (token-id arrays); causal_lm: one
+    MLM objectives: a document becomes a list of sentences (token-id arrays); causal_lm: one
     token-id array of the whole text (newlines are part of a byte-level BPE stream).
     """
 
@@ -141,21 +147,22 @@ class _WriteShard(beam.DoFn):
 
     def setup(self):
         tokenizer = load_tokenizer(self._vocab_dir)
-        specials = read_tokenizer_config(self._vocab_dir).get("special_tokens", {})
-        if self._config["objective"] == "bert_mlm_nsp":
-            self._vocab = bert_mlm_nsp.BertVocabulary.from_tokens(
-                tokenizer.get_vocabulary(), specials)
+        if self._config["objective"] in MLM_OBJECTIVES:
+            self._vocab = masking_vocabulary(tokenizer, read_tokenizer_config(self._vocab_dir),
+                                             self._config["objective"])
         else:
+            specials = read_tokenizer_config(self._vocab_dir).get("special_tokens", {})
             self._end_of_text_id = end_of_text_id(tokenizer, specials)
 
     def process(self, shard_and_documents, num_shards):
         shard, keyed_documents = shard_and_documents
         ordered = sorted(keyed_documents, key=lambda kv: kv[0])
         documents = [doc for _, doc in ordered]
-        if self._config["objective"] == "bert_mlm_nsp":
+        objective = self._config["objective"]
+        if objective in MLM_OBJECTIVES:
             seed_scope = (self._config["random_seed"], self._split, shard)
-            records, stats = bert_mlm_nsp.shard_examples(documents, self._vocab, self._config,
-                                                         seed_scope)
+            records, stats = _MLM_BUILDERS[objective].shard_examples(
+                documents, self._vocab, self._config, seed_scope)
         else:
             records, stats = causal_lm.shard_examples(documents, self._config,
                                                       self._end_of_text_id)
@@ -164,6 +171,25 @@ class _WriteShard(beam.DoFn):
             _write_records(os.path.join(self._output_dir, shard_file_name(shard, num_shards)),
                            records)
         yield stats
+
+
+def vocabulary_tokens(tokenizer) -> list:
+    """The tokenizer's vocabulary as a list indexed by id (a BPE vocabulary is a dict whose
+    key order need not be the id order)."""
+    vocabulary = getattr(tokenizer, "vocabulary", None)
+    if isinstance(vocabulary, dict):
+        tokens = [None] * (max(vocabulary.values()) + 1)
+        for token, index in vocabulary.items():
+            tokens[index] = token
+        return ["" if token is None else token for token in tokens]
+    return list(tokenizer.get_vocabulary())
+
+
+def masking_vocabulary(tokenizer, tokenizer_config: dict, objective: str) -> BertVocabulary:
+    """Masking ids of the vocabulary, with the word-boundary rule of its ``kind`` (§2)."""
+    return BertVocabulary.from_tokens(vocabulary_tokens(tokenizer),
+                                      tokenizer_config.get("special_tokens", {}),
+                                      kind=tokenizer_config["kind"], objective=objective)
 
 
 def end_of_text_id(tokenizer, special_tokens: dict) -> int:
@@ -263,8 +289,8 @@ def describe_vocabulary(vocab_dir: str, objective: str) -> dict:
     described = {"tokenizer_kind": tokenizer_config["kind"],
                  "vocabulary_size": int(tokenizer.vocabulary_size()),
                  "special_token_ids": special_ids, "vocabulary_dir": VOCABULARY_DIR}
-    if objective == "bert_mlm_nsp":
-        bert_mlm_nsp.BertVocabulary.from_tokens(tokenizer.get_vocabulary(), specials)
+    if objective in MLM_OBJECTIVES:
+        masking_vocabulary(tokenizer, tokenizer_config, objective)
     else:
         described["end_of_text_id"] = end_of_text_id(tokenizer, specials)
     return described

@@ -5,9 +5,15 @@ This module is the reading side of the contract and the home of the generation c
 (what the records hold) and :func:`make_dataset` (records -> ``(x, y, sample_weight)`` batches
 for Keras). It imports neither TFX nor Beam, so the trainer can use it on its own.
 
-Dynamic masking (RoBERTa, Liu et al. 2019 §4.1): when ``dynamic_masking`` is true the BERT
-records keep unmasked ``input_ids`` and :func:`make_dataset` draws a fresh mask every time the
-data are read, with ``keras_nlp.layers.MaskedLMMaskGenerator`` (BERT's 80/10/10 rule, Devlin et
+Objectives (``OBJECTIVES``): ``bert_mlm_nsp`` (BERT MLM + next-sentence prediction,
+``bert_mlm_nsp.py``), ``albert_mlm_sop`` (ALBERT MLM + sentence-order prediction,
+``albert_mlm_sop.py``), ``mlm`` (RoBERTa FULL-SENTENCES MLM, ``full_sentences.py``) and
+``causal_lm`` (GPT-2 blocks, ``causal_lm.py``). ``ngram_masking`` (ALBERT §4.1) applies to the
+static masking of the three MLM objectives (``masking.py``).
+
+Dynamic masking (RoBERTa, Liu et al. 2019 §4.1): when ``dynamic_masking`` is true the records
+of the MLM objectives keep unmasked ``input_ids`` and :func:`make_dataset` draws a fresh mask
+every time the data are read, with ``keras_nlp.layers.MaskedLMMaskGenerator`` (BERT's 80/10/10 rule, Devlin et
 al. 2019 §3.1 "Task #1"). Note one difference from the static path: the mask generator (via
 ``tf_text.RandomItemSelector``) selects ``ceil(rate * n)`` tokens per sequence, while the static
 path rounds, so dynamic masking selects on average about half a token more per sequence.
@@ -22,7 +28,13 @@ import tensorflow as tf
 
 CONFIG_FILE = "pretraining_config.json"
 VOCABULARY_DIR = "vocabulary"
-OBJECTIVES = ("bert_mlm_nsp", "causal_lm")
+OBJECTIVES = ("bert_mlm_nsp", "albert_mlm_sop", "mlm", "causal_lm")
+# The objectives whose records carry masked-LM targets, and their sentence-level task as
+# (y key, record feature), None for one-segment RoBERTa ``mlm``.
+MLM_OBJECTIVES = ("bert_mlm_nsp", "albert_mlm_sop", "mlm")
+SENTENCE_TASKS = {"bert_mlm_nsp": ("nsp", "next_sentence_labels"),
+                  "albert_mlm_sop": ("sop", "sentence_order_labels"),
+                  "mlm": None}
 
 DEFAULT_CONFIG = {
     "objective": "bert_mlm_nsp",
@@ -37,6 +49,9 @@ DEFAULT_CONFIG = {
     "mask_token_rate": 0.8,
     "random_token_rate": 0.1,
     "whole_word_masking": False,
+    # N-gram masking (ALBERT §4.1, SpanBERT): spans of n whole words, p(n) ∝ 1/n for
+    # n = 1..ngram_masking (ALBERT: 3); 0 = off. Static masking of the MLM objectives only.
+    "ngram_masking": 0,
     "dynamic_masking": False,
     # True: a one-segment chunk always gets a random next segment, as the reference script
     # does (which biases NSP above 50%). False: it is split inside so IsNext stays at 50%.
@@ -84,6 +99,16 @@ def _check_config(config: dict) -> None:
             raise ValueError(f"{key} must be >= 1")
     if int(config["num_shards"]) < 0:
         raise ValueError("num_shards must be >= 0 (0 = automatic)")
+    ngram = config["ngram_masking"]
+    if isinstance(ngram, bool) or not isinstance(ngram, int) or ngram < 0:
+        raise ValueError(f"ngram_masking must be an integer >= 0 (the longest n-gram, 0 = off), "
+                         f"got {ngram!r}")
+    if ngram > 0 and config["objective"] not in MLM_OBJECTIVES:
+        raise ValueError(f"ngram_masking applies to the masked-LM objectives {MLM_OBJECTIVES}, "
+                         f"not {config['objective']!r}; set it to 0")
+    if ngram > 0 and config["dynamic_masking"]:
+        raise ValueError("ngram_masking applies to static masking; dynamic_masking draws "
+                         "token-level masks in tf.data. Set one of them off")
 
 
 def read_pretraining_config(examples_uri: str) -> dict:
@@ -100,14 +125,19 @@ def vocabulary_dir(examples_uri: str) -> str:
 def feature_spec(config: dict) -> dict:
     """``tf.io.parse_example`` spec of the records described by ``config`` (CONTRACTS §3)."""
     length = int(config["max_seq_length"])
-    if config["objective"] == "causal_lm":
+    objective = config["objective"]
+    if objective == "causal_lm":
         return {"input_ids": tf.io.FixedLenFeature([length + 1], tf.int64)}
+    if objective not in MLM_OBJECTIVES:
+        raise ValueError(f"Unknown pretraining objective {objective!r}; records of "
+                         f"{OBJECTIVES} can be read")
     spec = {
         "input_ids": tf.io.FixedLenFeature([length], tf.int64),
         "input_mask": tf.io.FixedLenFeature([length], tf.int64),
-        "segment_ids": tf.io.FixedLenFeature([length], tf.int64),
-        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
     }
+    if SENTENCE_TASKS[objective] is not None:  # two-segment layouts (BERT, ALBERT)
+        spec["segment_ids"] = tf.io.FixedLenFeature([length], tf.int64)
+        spec[SENTENCE_TASKS[objective][1]] = tf.io.FixedLenFeature([1], tf.int64)
     if not config.get("dynamic_masking", False):
         predictions = int(config["max_predictions_per_seq"])
         spec.update({
@@ -152,9 +182,10 @@ def make_dataset(file_pattern, pretraining_config: dict, batch_size: int, shuffl
 def _keras_converter(config: dict):
     if config["objective"] == "causal_lm":
         return _causal_lm_batch
+    sentence_task = SENTENCE_TASKS[config["objective"]]
     if config.get("dynamic_masking", False):
-        return _dynamic_masking_converter(config)
-    return _static_mlm_batch
+        return _dynamic_masking_converter(config, sentence_task)
+    return _static_mlm_converter(sentence_task)
 
 
 def _causal_lm_batch(features: dict):
@@ -168,30 +199,41 @@ def _causal_lm_batch(features: dict):
 
 
 def _bert_inputs(features: dict, token_ids) -> dict:
+    """``segment_ids`` from the record, or all zeros for one-segment records (``mlm``)."""
+    if "segment_ids" in features:
+        segment_ids = tf.cast(features["segment_ids"], tf.int32)
+    else:
+        segment_ids = tf.zeros_like(features["input_mask"], dtype=tf.int32)
     return {
         "token_ids": tf.cast(token_ids, tf.int32),
         "padding_mask": tf.cast(features["input_mask"], tf.bool),
-        "segment_ids": tf.cast(features["segment_ids"], tf.int32),
+        "segment_ids": segment_ids,
     }
 
 
-def _bert_targets(features: dict, positions, ids, weights):
+def _bert_targets(features: dict, positions, ids, weights, sentence_task):
+    """``y = {"mlm": ids}`` plus ``"nsp"`` / ``"sop"`` labels [B] when the objective has one."""
     x_positions = tf.cast(positions, tf.int32)
-    y = {"mlm": tf.cast(ids, tf.int32),
-         "nsp": tf.cast(tf.squeeze(features["next_sentence_labels"], axis=-1), tf.int32)}
+    y = {"mlm": tf.cast(ids, tf.int32)}
+    if sentence_task is not None:
+        key, feature = sentence_task
+        y[key] = tf.cast(tf.squeeze(features[feature], axis=-1), tf.int32)
     return x_positions, y, {"mlm": tf.cast(weights, tf.float32)}
 
 
-def _static_mlm_batch(features: dict):
-    x = _bert_inputs(features, features["input_ids"])
-    positions, y, sample_weight = _bert_targets(
-        features, features["masked_lm_positions"], features["masked_lm_ids"],
-        features["masked_lm_weights"])
-    x["mask_positions"] = positions
-    return x, y, sample_weight
+def _static_mlm_converter(sentence_task):
+    def static_mlm_batch(features: dict):
+        x = _bert_inputs(features, features["input_ids"])
+        positions, y, sample_weight = _bert_targets(
+            features, features["masked_lm_positions"], features["masked_lm_ids"],
+            features["masked_lm_weights"], sentence_task)
+        x["mask_positions"] = positions
+        return x, y, sample_weight
+
+    return static_mlm_batch
 
 
-def _dynamic_masking_converter(config: dict):
+def _dynamic_masking_converter(config: dict, sentence_task):
     """A fresh BERT mask on every read of the data (RoBERTa §4.1 dynamic masking)."""
     import keras_nlp
 
@@ -215,7 +257,8 @@ def _dynamic_masking_converter(config: dict):
                                     input_ids.shape)
         x = _bert_inputs(features, token_ids)
         positions, y, sample_weight = _bert_targets(
-            features, masked["mask_positions"], masked["mask_ids"], masked["mask_weights"])
+            features, masked["mask_positions"], masked["mask_ids"], masked["mask_weights"],
+            sentence_task)
         x["mask_positions"] = positions
         return x, y, sample_weight
 

@@ -22,11 +22,18 @@ import math
 import os
 import time
 from collections import defaultdict
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import regex
 
 END_OF_TEXT = "<|endoftext|>"
+# GPT-2's set (Radford et al. 2019): one token ends every document and doubles as padding.
+SPECIAL_TOKENS = {"end_of_text": END_OF_TEXT, "pad": END_OF_TEXT}
+# RoBERTa's set (Liu et al. 2019, fairseq's dictionary): <s>=0, <pad>=1, </s>=2, <unk>=3.
+ROBERTA_SPECIAL_TOKENS = {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>",
+                          "mask": "<mask>"}
+# Roles whose tokens take the first ids, in this order (then any other role's token).
+_LEADING_ROLES = ("cls", "pad", "sep", "unk", "mask")
 MERGES_HEADER = "#version: 0.2"
 VOCABULARY_FILE = "vocab.json"
 MERGES_FILE = "merges.txt"
@@ -113,9 +120,32 @@ def split_words(text: str, special_tokens: Sequence[str] = (END_OF_TEXT,)) -> li
     return [word for chunk in chunks if chunk for word in _split_chunk(chunk)]
 
 
-def pretokenize_lines(lines: Iterable[str]) -> list[str]:
-    """Words of all ``lines`` in GPT-2's byte alphabet, ready to be counted."""
-    return [bytes_to_symbols(word) for line in lines for word in split_words(line)]
+def pretokenize_lines(lines: Iterable[str],
+                      special_tokens: Sequence[str] = (END_OF_TEXT,)) -> list[str]:
+    """Words of all ``lines`` in GPT-2's byte alphabet, ready to be counted; the special
+    tokens are cut out (the tokenizer keeps them whole)."""
+    return [bytes_to_symbols(word) for line in lines
+            for word in split_words(line, special_tokens)]
+
+
+def special_token_layout(special_tokens: Mapping[str, str] | None) -> tuple[list[str], bool]:
+    """The distinct special tokens in id order, and whether they take the first ids.
+
+    GPT-2's layout (only ``end_of_text`` / ``pad`` roles): after the bytes and merges, so
+    ``<|endoftext|>`` is the last id as in GPT-2's vocabulary. Any set with encoder roles
+    (cls, sep, mask, unk), like RoBERTa's: first, in the order cls, pad, sep, unk, mask,
+    then the rest, so RoBERTa's are <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4.
+    """
+    special_tokens = dict(SPECIAL_TOKENS if special_tokens is None else special_tokens)
+    first = bool(set(special_tokens) - {"end_of_text", "pad"})
+    roles = ([role for role in _LEADING_ROLES if role in special_tokens]
+             + [role for role in special_tokens if role not in _LEADING_ROLES]
+             if first else list(special_tokens))
+    tokens = []
+    for role in roles:
+        if special_tokens[role] not in tokens:
+            tokens.append(special_tokens[role])
+    return tokens, first
 
 
 # --- Merge learning ----------------------------------------------------------------------
@@ -228,12 +258,13 @@ def _pair_starts(word: list[int], pair: tuple[int, int]) -> list[int]:
             position += 1
 
 
-def _merge_until(vocab_size: int, min_frequency: int, spellings: list[str],
+def _merge_until(symbol_budget: int, min_frequency: int, spellings: list[str],
                  symbol_ids: dict[str, int], statistics: _PairStatistics) -> list[tuple[str, str]]:
-    """Merges the most frequent pair until the vocabulary is full or pairs get too rare;
-    extends ``spellings`` / ``symbol_ids`` with the new symbols and returns the merges."""
+    """Merges the most frequent pair until there are ``symbol_budget`` symbols or pairs get
+    too rare; extends ``spellings`` / ``symbol_ids`` with the new symbols and returns the
+    merges."""
     merges = []
-    while len(spellings) < vocab_size - 1:
+    while len(spellings) < symbol_budget:
         best = statistics.most_frequent()
         if best is None or best[1] < min_frequency:
             break
@@ -248,28 +279,35 @@ def _merge_until(vocab_size: int, min_frequency: int, spellings: list[str],
 
 
 def learn_merges(word_counts: Iterable[tuple[str, int]], vocab_size: int,
-                 min_frequency: int = 2) -> tuple[list[str], list[tuple[str, str]]]:
+                 min_frequency: int = 2, special_tokens: Sequence[str] = (END_OF_TEXT,),
+                 specials_first: bool = False) -> tuple[list[str], list[tuple[str, str]]]:
     """Learns byte-level BPE merges (Sennrich et al. 2016; GPT-2, Radford et al. 2019).
 
     Args:
       word_counts: (word, count) pairs; words spelled in GPT-2's byte alphabet
         (see :func:`pretokenize_lines`).
-      vocab_size: target size of the whole vocabulary: the 256 byte symbols, one token per
-        new merged symbol, and ``<|endoftext|>``.
+      vocab_size: target size of the whole vocabulary: the special tokens, the 256 byte
+        symbols and one token per new merged symbol.
       min_frequency: merging stops when the most frequent pair occurs fewer times.
+      special_tokens: distinct special tokens, in id order (:func:`special_token_layout`).
+      specials_first: special tokens take the first ids (RoBERTa) instead of the last
+        (GPT-2's ``<|endoftext|>``).
 
     Returns:
-      ``(tokens, merges)``: the tokens in id order (bytes first, then merged symbols in merge
-      order, ``<|endoftext|>`` last) and the merges as (left, right) spellings in rank order.
+      ``(tokens, merges)``: the tokens in id order (bytes, then merged symbols in merge
+      order; the special tokens before or after them) and the merges as (left, right)
+      spellings in rank order.
 
     Counts are kept incrementally: each merge only revisits the words that hold the pair
     (an index from pair to words) and a heap with lazy deletion picks the next pair, so the
     cost is about the number of symbol positions rewritten, not vocab_size x corpus.
     """
-    if not len(BYTE_SYMBOLS) + 1 <= vocab_size <= MAX_VOCAB_SIZE:
-        raise ValueError(f"vocab_size for byte-level BPE must be in [{len(BYTE_SYMBOLS) + 1}, "
-                         f"{MAX_VOCAB_SIZE}] (256 bytes + merges + {END_OF_TEXT}), "
-                         f"got {vocab_size}")
+    special_tokens = list(special_tokens)
+    smallest = len(BYTE_SYMBOLS) + len(special_tokens)
+    if not smallest <= vocab_size <= MAX_VOCAB_SIZE:
+        raise ValueError(f"vocab_size for byte-level BPE must be in [{smallest}, "
+                         f"{MAX_VOCAB_SIZE}] (256 bytes + merges + {len(special_tokens)} "
+                         f"special token(s) {special_tokens}), got {vocab_size}")
     spellings = list(BYTE_SYMBOLS)
     symbol_ids = {symbol: index for index, symbol in enumerate(spellings)}
     words, frequencies = [], []
@@ -280,15 +318,17 @@ def learn_merges(word_counts: Iterable[tuple[str, int]], vocab_size: int,
     collecting = gc.isenabled()
     gc.disable()  # millions of small acyclic lists/tuples: cyclic GC passes would dominate
     try:
-        merges = _merge_until(vocab_size, min_frequency, spellings, symbol_ids,
-                              _PairStatistics(words, frequencies, spellings))
+        merges = _merge_until(vocab_size - len(special_tokens), min_frequency, spellings,
+                              symbol_ids, _PairStatistics(words, frequencies, spellings))
     finally:
         if collecting:
             gc.enable()
     seconds = time.perf_counter() - started
     logging.info("BPE learner: %d merges over %d distinct words in %.2fs (%.0f words/s)",
                  len(merges), len(words), seconds, len(words) / max(seconds, 1e-9))
-    return spellings + [END_OF_TEXT], merges
+    if specials_first:
+        return list(special_tokens) + spellings, merges
+    return spellings + list(special_tokens), merges
 
 
 # --- Applying merges (reference encoder) and writing files --------------------------------
@@ -316,18 +356,23 @@ def encode_word(word: str, merge_ranks: dict[tuple[str, str], int]) -> list[str]
     return symbols
 
 
-def tokenizer_config() -> dict:
+def tokenizer_config(special_tokens: Mapping[str, str] | None = None) -> dict:
     """The ``tokenizer.json`` content for a byte-level BPE folder (CONTRACTS §2)."""
     return {"kind": "bpe", "vocabulary_file": VOCABULARY_FILE, "merges_file": MERGES_FILE,
-            "special_tokens": {"end_of_text": END_OF_TEXT, "pad": END_OF_TEXT}}
+            "special_tokens": dict(SPECIAL_TOKENS if special_tokens is None
+                                   else special_tokens)}
 
 
 def write_files(output_dir: str, tokens: list[str], merges: list[tuple[str, str]]) -> None:
     """Writes ``vocab.json`` (token -> id) and ``merges.txt`` (GPT-2's format)."""
     import tensorflow as tf
 
+    vocabulary = {token: index for index, token in enumerate(tokens)}
+    if len(vocabulary) != len(tokens):
+        repeated = sorted({token for token in tokens if tokens.count(token) > 1})
+        raise ValueError(f"BPE vocabulary repeats token(s) {repeated[:10]}")
     tf.io.gfile.makedirs(output_dir)
     with tf.io.gfile.GFile(os.path.join(output_dir, VOCABULARY_FILE), "w") as f:
-        json.dump({token: index for index, token in enumerate(tokens)}, f, ensure_ascii=False)
+        json.dump(vocabulary, f, ensure_ascii=False)
     with tf.io.gfile.GFile(os.path.join(output_dir, MERGES_FILE), "w") as f:
         f.write("\n".join([MERGES_HEADER] + [f"{left} {right}" for left, right in merges]) + "\n")

@@ -1,4 +1,5 @@
-"""VocabularyGen: a TFX component that learns a WordPiece or byte-level BPE vocabulary.
+"""VocabularyGen: a TFX component that learns a WordPiece, byte-level BPE or SentencePiece
+vocabulary.
 
     vocabulary_gen = VocabularyGen(examples=example_gen.outputs["examples"],
                                    kind="wordpiece", vocab_size=30522)
@@ -11,7 +12,7 @@ The output ``vocabulary`` artifact is a folder readable by
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from tfx import types
 from tfx.dsl.components.base import base_beam_component, executor_spec
@@ -34,6 +35,7 @@ class VocabularyGenSpec(types.ComponentSpec):
         "strip_accents": ExecutionParameter(type=bool, optional=True),
         "min_frequency": ExecutionParameter(type=int, optional=True),
         "max_unique_words": ExecutionParameter(type=int, optional=True),
+        "special_tokens": ExecutionParameter(type=str, optional=True),
     }
     INPUTS = {EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples)}
     OUTPUTS = {VOCABULARY_KEY: ChannelParameter(type=Vocabulary)}
@@ -48,23 +50,32 @@ class VocabularyGen(base_beam_component.BaseBeamComponent):
     def __init__(self, examples: types.BaseChannel, kind: str, vocab_size: int,
                  text_features: Sequence[str] = ("text",), splits: Sequence[str] = ("train",),
                  lowercase: bool = True, strip_accents: bool = True, min_frequency: int = 2,
-                 max_unique_words: int = 1_000_000):
+                 max_unique_words: int = 1_000_000,
+                 special_tokens: Mapping[str, str] | None = None):
         """Args:
           examples: channel of ``Examples`` (GZIP TFRecords of tf.train.Example).
-          kind: "wordpiece" (BERT) or "bpe" (GPT-2 byte-level BPE).
+          kind: "wordpiece" (BERT), "bpe" (GPT-2 / RoBERTa byte-level BPE) or
+            "sentencepiece" (ALBERT's unigram SentencePiece).
           vocab_size: target number of tokens, special tokens included.
           text_features: bytes features holding text; values are split into lines on "\\n".
           splits: which splits to learn from.
-          lowercase, strip_accents: WordPiece normalization (ignored for BPE).
+          lowercase, strip_accents: WordPiece / SentencePiece normalization (ignored for
+            BPE).
           min_frequency: WordPiece: lowest piece frequency searched; BPE: a pair must occur
-            this often to be merged.
+            this often to be merged; ignored by SentencePiece.
           max_unique_words: the learner sees at most this many distinct words, most
             frequent first.
+          special_tokens: role -> token (roles pad, unk, cls, sep, mask, end_of_text) the
+            vocabulary reserves; None = the kind's default: BERT's [PAD] [UNK] [CLS] [SEP]
+            [MASK], GPT-2's <|endoftext|>, ALBERT's <pad> <unk> [CLS] [SEP] [MASK]. BPE
+            with encoder roles (e.g. RoBERTa's {"cls": "<s>", "pad": "<pad>", "sep": "</s>",
+            "unk": "<unk>", "mask": "<mask>"}) puts them at the first ids.
         """
         spec = VocabularyGenSpec(
             examples=examples, vocabulary=types.Channel(type=Vocabulary), kind=kind,
             vocab_size=vocab_size, text_features=json.dumps(list(text_features)),
             splits=json.dumps(list(splits)), lowercase=bool(lowercase),
             strip_accents=bool(strip_accents), min_frequency=min_frequency,
-            max_unique_words=max_unique_words)
+            max_unique_words=max_unique_words,
+            special_tokens=None if special_tokens is None else json.dumps(dict(special_tokens)))
         super().__init__(spec=spec)

@@ -1,4 +1,5 @@
-"""Beam executor of VocabularyGen: Examples -> word counts -> WordPiece or byte-level BPE files.
+"""Beam executor of VocabularyGen: Examples -> word counts -> WordPiece, byte-level BPE or
+SentencePiece files.
 
 The scalable part runs in Beam: read the GZIP TFRecords of the chosen splits, pull the text
 features, pre-tokenize lines into words (in batches, with the tokenizer's own splitting
@@ -23,12 +24,14 @@ from apache_beam.io.filesystem import CompressionTypes
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from lmfactory.components.vocabulary import bpe, wordpiece
+from lmfactory.components.vocabulary import bpe, sentence_piece, wordpiece
 from lmfactory.models import tokenizers
 
 EXAMPLES_KEY = "examples"
 VOCABULARY_KEY = "vocabulary"
-KINDS = ("wordpiece", "bpe")
+KINDS = ("wordpiece", "bpe", "sentencepiece")
+DEFAULT_SPECIAL_TOKENS = {"wordpiece": wordpiece.SPECIAL_TOKENS, "bpe": bpe.SPECIAL_TOKENS,
+                          "sentencepiece": sentence_piece.SPECIAL_TOKENS}
 _LINES_PER_BATCH = 512
 
 
@@ -44,6 +47,7 @@ class VocabularyConfig:
     strip_accents: bool = True
     min_frequency: int = 2
     max_unique_words: int = 1_000_000
+    special_tokens: Mapping[str, str] | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -51,13 +55,22 @@ class VocabularyConfig:
         if self.min_frequency < 1 or self.max_unique_words < 1:
             raise ValueError("min_frequency and max_unique_words must be positive, got "
                              f"{self.min_frequency} and {self.max_unique_words}")
-        smallest = (len(bpe.BYTE_SYMBOLS) + 1 if self.kind == "bpe"
-                    else len(wordpiece.RESERVED_TOKENS) + 1)
+        if self.special_tokens is not None:
+            object.__setattr__(self, "special_tokens",
+                               _check_special_tokens(self.kind, self.special_tokens))
+        distinct = len(tokenizers.unique_special_tokens(self.resolved_special_tokens))
+        smallest = distinct + (len(bpe.BYTE_SYMBOLS) if self.kind == "bpe" else 1)
         if self.vocab_size < smallest:
             raise ValueError(f"vocab_size for {self.kind} must be at least {smallest}, "
                              f"got {self.vocab_size}")
         if not self.text_features or not self.splits:
             raise ValueError("text_features and splits must each name at least one entry")
+
+    @property
+    def resolved_special_tokens(self) -> dict:
+        """Role -> token: the given set, or the kind's default (BERT's, GPT-2's, ALBERT's)."""
+        return dict(DEFAULT_SPECIAL_TOKENS[self.kind] if self.special_tokens is None
+                    else self.special_tokens)
 
     @classmethod
     def from_exec_properties(cls, properties: Mapping[str, Any]) -> "VocabularyConfig":
@@ -73,13 +86,36 @@ class VocabularyConfig:
             value = properties.get(name)
             return default if value is None else value
 
+        special_tokens = properties.get("special_tokens")
+        if isinstance(special_tokens, str):
+            special_tokens = json.loads(special_tokens) if special_tokens else None
         return cls(kind=properties["kind"], vocab_size=int(properties["vocab_size"]),
                    text_features=json_list("text_features", ("text",)),
                    splits=json_list("splits", ("train",)),
                    lowercase=bool(value_or("lowercase", True)),
                    strip_accents=bool(value_or("strip_accents", True)),
                    min_frequency=int(value_or("min_frequency", 2)),
-                   max_unique_words=int(value_or("max_unique_words", 1_000_000)))
+                   max_unique_words=int(value_or("max_unique_words", 1_000_000)),
+                   special_tokens=special_tokens)
+
+
+def _check_special_tokens(kind: str, special_tokens) -> dict:
+    """A clean copy of a role -> token map, or a ValueError naming what is wrong."""
+    if not isinstance(special_tokens, Mapping) or not special_tokens:
+        raise ValueError(f"special_tokens must be a non-empty mapping of role -> token, got "
+                         f"{special_tokens!r}")
+    unknown = sorted(set(special_tokens) - set(tokenizers.SPECIAL_ROLES))
+    if unknown:
+        raise ValueError(f"special_tokens: unknown role(s) {unknown}; roles: "
+                         f"{list(tokenizers.SPECIAL_ROLES)}")
+    for role, token in special_tokens.items():
+        if not isinstance(token, str) or not token or token != token.strip():
+            raise ValueError(f"special_tokens[{role!r}] must be a non-empty string without "
+                             f"surrounding spaces, got {token!r}")
+    if kind in ("wordpiece", "sentencepiece") and "unk" not in special_tokens:
+        raise ValueError(f"special_tokens for {kind} need an 'unk' role (the token for "
+                         f"out-of-vocabulary text), got roles {sorted(special_tokens)}")
+    return dict(special_tokens)
 
 
 # --- Pure steps (run on Beam workers) ----------------------------------------------------
@@ -102,8 +138,11 @@ def count_words(lines: Sequence[str], config: VocabularyConfig) -> list[tuple[st
     counts the words within the batch (less data to shuffle than one record per word)."""
     if config.kind == "wordpiece":
         words = wordpiece.pretokenize_lines(lines, config.lowercase, config.strip_accents)
+    elif config.kind == "sentencepiece":
+        words = sentence_piece.pretokenize_lines(lines, config.lowercase, config.strip_accents)
     else:
-        words = bpe.pretokenize_lines(lines)
+        special_tokens, _ = bpe.special_token_layout(config.resolved_special_tokens)
+        words = bpe.pretokenize_lines(lines, special_tokens)
     return list(collections.Counter(words).items())
 
 
@@ -118,15 +157,24 @@ def learn_and_write(word_counts: list[tuple[str, int]], output_dir: str,
     if not word_counts:
         raise ValueError(f"No text to learn a vocabulary from: the text features "
                          f"{list(config.text_features)} of {source} hold no words")
+    specials = config.resolved_special_tokens
     if config.kind == "wordpiece":
         vocabulary = wordpiece.learn_vocabulary(word_counts, config.vocab_size,
-                                                config.min_frequency)
+                                                config.min_frequency,
+                                                wordpiece.reserved_tokens(specials))
         wordpiece.write_files(output_dir, vocabulary)
-        settings = wordpiece.tokenizer_config(config.lowercase, config.strip_accents)
+        settings = wordpiece.tokenizer_config(config.lowercase, config.strip_accents, specials)
+    elif config.kind == "sentencepiece":
+        model = sentence_piece.learn_model(word_counts, config.vocab_size, specials)
+        sentence_piece.write_files(output_dir, model)
+        settings = sentence_piece.tokenizer_config(config.lowercase, config.strip_accents,
+                                                   specials)
     else:
-        tokens, merges = bpe.learn_merges(word_counts, config.vocab_size, config.min_frequency)
+        special_tokens, first = bpe.special_token_layout(specials)
+        tokens, merges = bpe.learn_merges(word_counts, config.vocab_size, config.min_frequency,
+                                          special_tokens, specials_first=first)
         bpe.write_files(output_dir, tokens, merges)
-        settings = bpe.tokenizer_config()
+        settings = bpe.tokenizer_config(specials)
     tokenizers.write_tokenizer_config(output_dir, settings)
     return output_dir
 
@@ -202,6 +250,10 @@ def vocabulary_size(output_dir: str) -> int:
     import tensorflow as tf
 
     settings = tokenizers.read_tokenizer_config(output_dir)
+    if settings["kind"] == "sentencepiece":
+        path = os.path.join(output_dir, settings.get("model_file", sentence_piece.MODEL_FILE))
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return sentence_piece.vocabulary_size(f.read())
     with tf.io.gfile.GFile(os.path.join(output_dir, settings["vocabulary_file"])) as f:
         if settings["kind"] == "bpe":
             return len(json.load(f))

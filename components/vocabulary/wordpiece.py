@@ -7,8 +7,9 @@ with ``##``. BERT (Devlin et al. 2019) first applies its "basic tokenizer": opti
 lower-casing and accent stripping, then splitting on whitespace and punctuation, with each
 CJK character its own word.
 
-Words are split here with the very function ``keras_nlp.tokenizers.WordPieceTokenizer``
-calls at tokenize time, so the learned pieces fit what the tokenizer will see. The learner
+Words are split here with the very steps the tokenizer runs at tokenize time
+(:class:`lmfactory.models.tokenizers.BertWordPieceTokenizer`: BERT's normalisation, then
+keras-nlp's splitting), so the learned pieces fit what the tokenizer will see. The learner
 is tensorflow-text's ``wordpiece_tokenizer_learner_lib.learn`` (the algorithm behind
 ``bert_vocab_from_dataset``), fed with word counts.
 """
@@ -19,7 +20,7 @@ import collections
 import logging
 import os
 import time
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]",
@@ -31,18 +32,23 @@ MAX_TOKEN_LENGTH = 50  # the learner's default: longer words are left out
 
 def pretokenize_lines(lines: Sequence[str], lowercase: bool = True,
                       strip_accents: bool = True) -> list[str]:
-    """Splits a batch of lines into words exactly as ``WordPieceTokenizer.tokenize`` does.
+    """Splits a batch of lines into words exactly as ``BertWordPieceTokenizer`` does.
 
-    Runs keras-hub's own pre-tokenization (tf-text ops: NFD + dropping marks, case folding,
-    regex split on whitespace / punctuation / CJK) on the whole batch at once.
+    BERT's normalisation (:func:`lmfactory.models.tokenizers.bert_normalize`: control
+    characters dropped, Unicode spaces, accents, lowercase), then keras-hub's split on
+    whitespace / punctuation / CJK (tf-text ops), on the whole batch at once.
     """
     import tensorflow as tf
     from keras_hub.src.tokenizers.word_piece_tokenizer import pretokenize
 
+    from lmfactory.models.tokenizers import bert_normalize
+
     if not lines:
         return []
-    words = pretokenize(tf.constant(list(lines)), lowercase=lowercase,
-                        strip_accents=strip_accents, split=True, split_on_cjk=True)
+    normalized = bert_normalize(tf.constant(list(lines)), lowercase=lowercase,
+                                strip_accents=strip_accents)
+    words = pretokenize(normalized, lowercase=False, strip_accents=False, split=True,
+                        split_on_cjk=True)
     return [word.decode("utf-8") for word in words.flat_values.numpy() if word]
 
 
@@ -117,11 +123,22 @@ def _fit_to_size(vocabulary: list[str], vocab_size: int,
     return (list(reserved_tokens) + rest)[:vocab_size]
 
 
-def tokenizer_config(lowercase: bool, strip_accents: bool) -> dict:
+def reserved_tokens(special_tokens: Mapping[str, str] | None) -> list[str]:
+    """The distinct special tokens, in the given order: they take the first ids."""
+    tokens = []
+    for token in (SPECIAL_TOKENS if special_tokens is None else special_tokens).values():
+        if token not in tokens:
+            tokens.append(token)
+    return tokens
+
+
+def tokenizer_config(lowercase: bool, strip_accents: bool,
+                     special_tokens: Mapping[str, str] | None = None) -> dict:
     """The ``tokenizer.json`` content for a WordPiece folder (CONTRACTS §2)."""
     return {"kind": "wordpiece", "vocabulary_file": VOCABULARY_FILE,
             "lowercase": bool(lowercase), "strip_accents": bool(strip_accents),
-            "special_tokens": dict(SPECIAL_TOKENS)}
+            "special_tokens": dict(SPECIAL_TOKENS if special_tokens is None
+                                   else special_tokens)}
 
 
 def write_files(output_dir: str, vocabulary: Sequence[str]) -> None:

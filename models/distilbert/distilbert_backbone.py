@@ -1,0 +1,197 @@
+"""DistilBERT student network (Sanh et al. 2019, "DistilBERT, a distilled version of BERT:
+smaller, faster, cheaper and lighter", arXiv:1910.01108)."""
+
+import keras
+import keras_nlp
+
+DISTILBERT_BACKBONE_INPUTS = ("token_ids", "padding_mask")
+
+
+def distilbert_kernel_initializer(stddev=0.02):
+    """Normal, stddev 0.02: the released code's `initializer_range` (the student is normally
+    initialised from its teacher anyway, §3 "Student initialization")."""
+    return keras.initializers.RandomNormal(stddev=stddev)
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class DistilBertBackbone(keras.Model):
+    """The DistilBERT encoder: BERT's Transformer with half the layers, no token types and no
+    pooler.
+
+    §3 "Student architecture": "the student - DistilBERT - has the same general architecture
+    as BERT. The token-type embeddings and the pooler are removed while the number of layers
+    is reduced by a factor of 2." So a token is embedded as the sum of its (WordPiece) token
+    embedding and a position embedding, then LayerNorm and dropout; each block is BERT's
+    post-LayerNorm block (multi-head self-attention, Add & LayerNorm, a GELU feed-forward
+    network, Add & LayerNorm). Positions are learned as in the released model; the released
+    code's optional fixed sinusoidal positions (Vaswani et al. 2017 §3.5; interleaved sine on
+    even and cosine on odd features, keras-nlp's `SinePositionEncoding`) are
+    `sinusoidal_positions=True`.
+
+    Inputs (dict of int32 [batch, seq_len], seq_len variable up to `max_sequence_length`):
+        `token_ids`, `padding_mask` (1 = real token, 0 = padding).
+    Outputs (dict): `sequence_output` [batch, seq_len, H].
+
+    `call_with_states` runs the same layers and also returns every hidden state and
+    attention map (used by distillation and feature extraction).
+
+    Args:
+        vocabulary_size: WordPiece vocabulary size (30522 for the released English model).
+        num_layers: number of Transformer blocks (6 in the released model: BERT-base's 12 / 2).
+        num_heads: attention heads.
+        hidden_dim: hidden size H.
+        intermediate_dim: feed-forward inner size (4H).
+        dropout: dropout rate on embeddings, attention probabilities and sub-layer outputs.
+        max_sequence_length: number of positions.
+        sinusoidal_positions: fixed sinusoidal instead of learned positions.
+        dtype: Keras dtype policy for the layers, e.g. "mixed_bfloat16".
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_layers,
+        num_heads,
+        hidden_dim,
+        intermediate_dim,
+        dropout=0.1,
+        max_sequence_length=512,
+        sinusoidal_positions=False,
+        dtype=None,
+        **kwargs,
+    ):
+        if hidden_dim % num_heads:
+            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
+                             f"({num_heads})")
+        if sinusoidal_positions and hidden_dim % 2:
+            raise ValueError(f"sinusoidal positions need an even hidden_dim, got {hidden_dim}")
+        # === Layers ===
+        # The masked-LM head ties its output projection to this matrix.
+        self.token_embedding = keras_nlp.layers.ReversibleEmbedding(
+            input_dim=vocabulary_size,
+            output_dim=hidden_dim,
+            embeddings_initializer=distilbert_kernel_initializer(),
+            dtype=dtype,
+            name="token_embedding",
+        )
+        if sinusoidal_positions:
+            self.position_embedding = keras_nlp.layers.SinePositionEncoding(
+                dtype=dtype, name="position_embedding"
+            )
+        else:
+            self.position_embedding = keras_nlp.layers.PositionEmbedding(
+                sequence_length=max_sequence_length,
+                initializer=distilbert_kernel_initializer(),
+                dtype=dtype,
+                name="position_embedding",
+            )
+        self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
+        self.embeddings_layer_norm = keras.layers.LayerNormalization(
+            epsilon=1e-12, dtype=dtype, name="embeddings_layer_norm"
+        )
+        self.embeddings_dropout = keras.layers.Dropout(
+            dropout, dtype=dtype, name="embeddings_dropout"
+        )
+        self.transformer_layers = [
+            keras_nlp.layers.TransformerEncoder(
+                intermediate_dim=intermediate_dim,
+                num_heads=num_heads,
+                dropout=dropout,
+                activation="gelu",  # exact (erf) GELU, as BERT and the released DistilBERT
+                layer_norm_epsilon=1e-12,
+                kernel_initializer=distilbert_kernel_initializer(),
+                normalize_first=False,
+                dtype=dtype,
+                name=f"transformer_layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+
+        # === Functional model ===
+        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
+        x = self._embed(token_id_input)
+        for block in self.transformer_layers:
+            x = block(x, padding_mask=padding_mask_input)
+        super().__init__(
+            inputs={"token_ids": token_id_input, "padding_mask": padding_mask_input},
+            outputs={"sequence_output": x},
+            **kwargs,
+        )
+        if dtype is not None:
+            self.dtype_policy = keras.dtype_policies.get(dtype)
+
+        # === Config ===
+        self.vocabulary_size = vocabulary_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.hidden_dim = hidden_dim
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.max_sequence_length = max_sequence_length
+        self.sinusoidal_positions = sinusoidal_positions
+
+    def _embed(self, token_ids, training=None):
+        tokens = self.token_embedding(token_ids)
+        x = self.embeddings_add([tokens, self.position_embedding(tokens)])
+        x = self.embeddings_layer_norm(x)
+        return self.embeddings_dropout(x, training=training)
+
+    def call_with_states(self, inputs, training=False):
+        """The forward pass, also returning every layer's hidden states and attention maps.
+
+        Calls the very layers of the functional graph (same weights), so `sequence_output`
+        equals `self(inputs)["sequence_output"]`.
+
+        Args:
+            inputs: dict with `token_ids`, `padding_mask`, int [batch, seq_len] (other keys,
+                e.g. `segment_ids` of a BERT batch, are ignored: DistilBERT has none).
+            training: whether dropout is active.
+
+        Returns:
+            dict with `sequence_output` [B, T, H], `hidden_states`: list of L + 1 tensors
+            [B, T, H] (the embedding output after its LayerNorm and dropout, then each
+            block's output) and `attention_scores`: list of L tensors [B, A, T, T] (each
+            block's softmax attention probabilities; padding keys get probability 0).
+        """
+        if not isinstance(inputs, dict):
+            raise TypeError(f"DistilBertBackbone.call_with_states takes a dict of tensors, "
+                            f"got {type(inputs).__name__}")
+        missing = [k for k in DISTILBERT_BACKBONE_INPUTS if k not in inputs]
+        if missing:
+            raise ValueError(f"DistilBertBackbone.call_with_states: inputs lack {missing}; "
+                             f"got {sorted(inputs)}")
+        token_ids = keras.ops.convert_to_tensor(inputs["token_ids"], dtype="int32")
+        padding_mask = keras.ops.convert_to_tensor(inputs["padding_mask"], dtype="int32")
+        x = self._embed(token_ids, training=training)
+        hidden_states = [x]
+        attention_scores = []
+        for block in self.transformer_layers:
+            x, scores = block(x, padding_mask=padding_mask, training=training,
+                              return_attention_scores=True)
+            hidden_states.append(x)
+            attention_scores.append(scores)
+        return {
+            "sequence_output": x,
+            "hidden_states": hidden_states,
+            "attention_scores": attention_scores,
+        }
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "vocabulary_size": self.vocabulary_size,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "hidden_dim": self.hidden_dim,
+            "intermediate_dim": self.intermediate_dim,
+            "dropout": self.dropout,
+            "max_sequence_length": self.max_sequence_length,
+            "sinusoidal_positions": self.sinusoidal_positions,
+            "dtype": self.dtype_policy.name,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
