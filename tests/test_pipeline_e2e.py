@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (ops used by the serving graph)
 
+from dag_helpers import TINY_TRAINING, small_corpus, small_tsv
 from lmfactory.pipelines import runners
 from lmfactory.recipe import load_recipe
 
@@ -20,34 +21,12 @@ COMPONENTS_CAUSAL_LM = (COMPONENTS_CLASSIFICATION - {"TaskExampleGen"}) | {
     "TargetExampleGen", "TargetLMExampleGen"}
 
 
-def _small_corpus(demo_data: Path, path: Path, documents: int) -> str:
-    docs = (demo_data / "corpus.txt").read_text(encoding="utf-8").split("\n\n")[:documents]
-    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
-    return str(path)
-
-
-def _small_tsv(source: Path, path: Path, rows: int) -> str:
-    lines = source.read_text(encoding="utf-8").splitlines()
-    path.write_text("\n".join(lines[: rows + 1]) + "\n", encoding="utf-8")
-    return str(path)
-
-
-TINY_TRAINING = [
-    "pretraining.steps=12", "pretraining.batch_size=8", "pretraining.eval_steps=2",
-    "finetuning.steps=12", "finetuning.batch_size=8", "finetuning.eval_steps=2",
-    "runtime.steps_per_checkpoint=6", "runtime.beam.direct_running_mode=in_memory",
-    "runtime.beam.direct_num_workers=1", "objective.max_seq_length=32",
-    "objective.dupe_factor=1", "objective.max_predictions_per_seq=5",
-    "overrides={max_sequence_length: 64}",
-]
-
-
 @pytest.fixture(scope="module")
 def bert_run(tmp_path_factory, demo_data):
     tmp = tmp_path_factory.mktemp("bert")
-    corpus = _small_corpus(demo_data, tmp / "corpus.txt", 150)
-    train = _small_tsv(demo_data / "sst2" / "train.tsv", tmp / "train.tsv", 300)
-    dev = _small_tsv(demo_data / "sst2" / "dev.tsv", tmp / "dev.tsv", 60)
+    corpus = small_corpus(demo_data, tmp / "corpus.txt", 150)
+    train = small_tsv(demo_data / "sst2" / "train.tsv", tmp / "train.tsv", 300)
+    dev = small_tsv(demo_data / "sst2" / "dev.tsv", tmp / "dev.tsv", 60)
     recipe = load_recipe("bert_tiny_sst2", TINY_TRAINING + [
         f"data.corpus.path={corpus}", f"data.task.splits.train={train}",
         f"data.task.splits.eval={dev}", "tokenizer.vocab_size=600",
@@ -98,7 +77,7 @@ def test_rerun_reuses_cached_results(bert_run):
 
 
 def test_gpt2_dag_pushes_a_model_that_continues_prompts(tmp_path, demo_data, shared_data):
-    corpus = _small_corpus(demo_data, tmp_path / "corpus.txt", 150)
+    corpus = small_corpus(demo_data, tmp_path / "corpus.txt", 150)
     target = tmp_path / "shakespeare.txt"
     target.write_text((shared_data / "tiny_shakespeare" / "input.txt")
                       .read_text(encoding="utf-8")[:30_000], encoding="utf-8")

@@ -133,9 +133,11 @@ def export_serving_model(task_model, vocab_dir: str, model_config: dict, export_
         module = GeneratorServing(load_tokenizer(vocab_dir), task_model,
                                   model_config.get("generation") or {}, end_of_text)
     else:
-        sequence_length = task.get("sequence_length", 128)
+        backbone = getattr(task_model, "backbone", task_model)
+        sequence_length = min(task.get("sequence_length", 128),
+                              backbone.get_config().get("max_sequence_length", 512))
         module = EncoderServing(
             classifier_preprocessor(vocab_dir, model_config["architecture"], sequence_length),
-            getattr(task_model, "backbone", task_model))
+            backbone)
     tf.saved_model.save(module, export_dir, signatures={SERVING_SIGNATURE: module.signature()})
     logging.info("Exported %s SavedModel to %s", type(module).__name__, export_dir)

@@ -76,7 +76,8 @@ def _train_language_model(fn_args, config, examples_uri, strategy) -> dict:
         fn_args.eval_files[0], data_config, shuffle=False, repeat=True, **batch)
     metrics = _fit(task_model, train_data, eval_data, fn_args, config)
     return dict(task_model=task_model, backbone=backbone, vocab_dir=vocab_dir, metrics=metrics,
-                task={"kind": "language_model", "objective": data_config["objective"]})
+                task={"kind": "language_model", "objective": data_config["objective"],
+                      "sequence_length": data_config["max_seq_length"]})
 
 
 def _distiller(task_cls, config, vocabulary_size: int, teacher_model: str | None):

@@ -1,0 +1,63 @@
+"""Every encoder architecture through the whole DAG at tiny size (LocalDagRunner): its own
+vocabulary kind and pretraining objective (or a teacher and a Distiller), SST-2 fine-tuning,
+evaluation and push; then the pushed SavedModel classifies raw strings. Also a published
+checkpoint (the real all-MiniLM-L6-v2) imported by the CheckpointImporter and fine-tuned."""
+
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (ops used by the serving graph)
+
+from dag_helpers import TINY_TRAINING, small_corpus, small_tsv
+from lmfactory.pipelines import runners
+from lmfactory.recipe import load_recipe
+
+SENTENCES = ["a gorgeous , witty film", "dull and lifeless", "",
+             "non-ascii: caf\u00e9 \u2013 \u4e2d\u6587"]
+
+
+def _run(recipe_name, tmp_path, demo_data, extra=(), corpus=True):
+    train = small_tsv(demo_data / "sst2" / "train.tsv", tmp_path / "train.tsv", 200)
+    dev = small_tsv(demo_data / "sst2" / "dev.tsv", tmp_path / "dev.tsv", 40)
+    overrides = [f"data.task.splits.train={train}", f"data.task.splits.eval={dev}",
+                 "finetuning.sequence_length=32", "evaluation.threshold=0.0", *extra]
+    if corpus:
+        overrides += TINY_TRAINING + [
+            f"data.corpus.path={small_corpus(demo_data, tmp_path / 'corpus.txt', 120)}",
+            "tokenizer.vocab_size=600"]
+    else:
+        overrides += [t for t in TINY_TRAINING if t.startswith(("finetuning.", "runtime."))]
+    recipe = load_recipe(recipe_name, overrides)
+    summary = runners.run_local(recipe, str(tmp_path / "runs"))
+    assert summary["evaluation"]["blessed"] is True
+    assert summary["evaluation"]["metrics"]["examples"] == 40
+    serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
+    outputs = serve(sentence=tf.constant(SENTENCES))
+    probabilities = outputs["probabilities"].numpy()
+    assert probabilities.shape == (len(SENTENCES), 2)
+    assert probabilities.sum(axis=1) == pytest.approx([1.0] * len(SENTENCES), abs=1e-5)
+    return summary
+
+
+@pytest.mark.parametrize("recipe_name, extra", [
+    ("roberta_tiny_sst2", []),
+    ("albert_tiny_sst2", ["overrides={max_sequence_length: 64, hidden_dim: 64}"]),
+    ("electra_tiny_sst2", []),
+])
+def test_encoder_pretrains_fine_tunes_and_pushes(recipe_name, extra, tmp_path, demo_data):
+    summary = _run(recipe_name, tmp_path, demo_data, extra)
+    root = summary["pipeline_root"]
+    assert tf.io.gfile.exists(f"{root}/Pretrainer")
+
+
+@pytest.mark.parametrize("recipe_name", ["distilbert_tiny_sst2", "tinybert_tiny_sst2"])
+def test_student_is_distilled_from_a_pretrained_teacher(recipe_name, tmp_path, demo_data):
+    summary = _run(recipe_name, tmp_path, demo_data,
+                   ["teacher.overrides={max_sequence_length: 64}"])
+    root = summary["pipeline_root"]
+    for component in ("TeacherExampleGen", "TeacherPretrainer", "Distiller"):
+        assert tf.io.gfile.exists(f"{root}/{component}"), component
+
+
+def test_published_checkpoint_is_imported_and_fine_tuned(tmp_path, demo_data):
+    summary = _run("minilm_sst2", tmp_path, demo_data, ["finetuning.steps=4"], corpus=False)
+    assert tf.io.gfile.exists(f"{summary['pipeline_root']}/CheckpointImporter")
