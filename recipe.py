@@ -219,7 +219,8 @@ def _check_teacher(check: _Checker, recipe: dict, architecture: str, objective) 
     student_pretraining = {key: value for key, value in recipe["pretraining"].items()
                            if key not in ("task_args", "init_checkpoint", "tokenizer_dir")}
     recipe["teacher"] = teacher = _merge(
-        {"preset": "tiny", "overrides": {}, "pretraining": student_pretraining}, teacher)
+        {"preset": "tiny", "overrides": {}, "pretraining": student_pretraining,
+         "finetuning": dict(recipe["finetuning"]), "task_distillation": False}, teacher)
     name = check.choice("teacher.architecture", models.names())
     if teacher["preset"] not in models.presets(name):
         raise RecipeError("teacher.preset", f"must be one of {', '.join(models.presets(name))} "
@@ -232,6 +233,12 @@ def _check_teacher(check: _Checker, recipe: dict, architecture: str, objective) 
                                                   f"student with "
                                                   f"{models.get(architecture).tokenizer_kind}")
     check.choice("teacher.objective", models.get(name).objectives)
+    if check.boolean("teacher.task_distillation"):
+        if models.get(architecture).classifier_distiller_cls is None:
+            raise RecipeError("teacher.task_distillation", f"{architecture} has no "
+                                                           f"task-specific distillation")
+        if recipe["finetuning"].get("task") != "classification":
+            raise RecipeError("teacher.task_distillation", "needs a classification task")
     check.positive_int("teacher.pretraining.steps")
     check.positive_int("teacher.pretraining.batch_size")
     check.positive_int("teacher.pretraining.eval_steps")

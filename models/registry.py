@@ -46,6 +46,9 @@ class Architecture:
         classifier_cls: task model for sequence classification, ``cls(backbone,
             num_classes=K)``, or None.
         causal_lm_cls: task model for generation, or None.
+        classifier_distiller_cls: task-specific distillation of a classifier (TinyBERT
+            §3.2), ``cls(student_backbone, teacher=teacher_classifier, num_classes=K,
+            **task_args)`` with a ``classifier`` attribute (what is exported), or None.
         special_tokens: role -> token the vocabulary must reserve (roles: ``pad``, ``unk``,
             ``cls``, ``sep``, ``mask``, ``end_of_text``); None = the tokenizer kind's default.
         segment_layout: how sentence pairs are packed, one of ``SEGMENT_LAYOUTS``.
@@ -63,6 +66,7 @@ class Architecture:
     pretrainers: Mapping
     classifier_cls: Optional[type] = None
     causal_lm_cls: Optional[type] = None
+    classifier_distiller_cls: Optional[type] = None
     special_tokens: Optional[Mapping] = None
     segment_layout: str = "bert"
     converters: Mapping = dataclasses.field(default_factory=dict)

@@ -3,6 +3,8 @@
 
     CorpusExampleGen -> VocabularyGen -> PretrainingExampleGen -> Pretrainer ─┐
       (or CheckpointImporter: published weights, recipe pretraining.init_checkpoint)
+      (or, with a recipe teacher: TeacherExampleGen -> TeacherPretrainer -> Distiller;
+       task_distillation: TeacherFineTuner -> TaskDistiller replaces FineTuner)
     TaskExampleGen (classification)  ──────────────────────────────────────── FineTuner
       or TargetExampleGen -> TargetLMExampleGen (causal LM fine-tuning) ──────┘    │
     LatestBlessedModelResolver ──────────────────────────────── LMEvaluator <───────┤
@@ -17,6 +19,7 @@ from tfx import v1 as tfx
 
 from lmfactory import models
 from lmfactory.components.checkpoint_import.component import CheckpointImporter
+from lmfactory.components.distiller.component import Distiller
 from lmfactory.components.evaluator.component import LMEvaluator
 from lmfactory.components.example_gen.component import TextExampleGen
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
@@ -86,6 +89,16 @@ def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, mod
     )
 
 
+def _distiller(recipe: dict, stage: str, examples, teacher_model, task=None, base_model=None):
+    """A Distiller (components/distiller): the Trainer's settings plus a teacher."""
+    settings = recipe[stage]
+    return Distiller(
+        examples=examples, teacher_model=teacher_model, base_model=base_model, run_fn=RUN_FN,
+        train_args=tfx.proto.TrainArgs(num_steps=settings["steps"]),
+        eval_args=tfx.proto.EvalArgs(num_steps=settings["eval_steps"]),
+        custom_config=_trainer_config(recipe, settings, task))
+
+
 def _lm_example_gen(recipe: dict, examples, vocabulary, objective_name: str | None = None):
     objective = recipe["objective"]
     return PretrainingExampleGen(examples=examples, vocabulary=vocabulary,
@@ -106,7 +119,7 @@ def _pretraining_stage(recipe: dict):
             tokenizer_dir=(_resolve_path(pretraining["tokenizer_dir"])
                            if pretraining.get("tokenizer_dir") else None),
             sequence_length=recipe["finetuning"]["sequence_length"])
-        return [importer], importer.outputs["model"], None
+        return [importer], importer.outputs["model"], None, None
     corpus_gen = TextExampleGen(
         input_config=_absolute_paths(recipe["data"]["corpus"])).with_id("CorpusExampleGen")
     tokenizer = recipe["tokenizer"]
@@ -118,22 +131,23 @@ def _pretraining_stage(recipe: dict):
     pretraining_gen = _lm_example_gen(recipe, corpus_gen.outputs["examples"],
                                       vocabulary_gen.outputs["vocabulary"])
     components = [corpus_gen, vocabulary_gen, pretraining_gen]
-    teacher_model = None
-    if recipe.get("teacher"):
-        components += _teacher_stage(recipe, corpus_gen.outputs["examples"],
-                                     vocabulary_gen.outputs["vocabulary"])
-        teacher_model = components[-1].outputs["model"]
-    pretrainer = _trainer(recipe, "pretraining", pretraining_gen.outputs["pretraining_examples"],
-                          base_model=teacher_model
-                          ).with_id("Distiller" if teacher_model else "Pretrainer")
-    return (components + [pretrainer], pretrainer.outputs["model"],
-            vocabulary_gen.outputs["vocabulary"])
+    examples = pretraining_gen.outputs["pretraining_examples"]
+    if not recipe.get("teacher"):
+        pretrainer = _trainer(recipe, "pretraining", examples).with_id("Pretrainer")
+        return (components + [pretrainer], pretrainer.outputs["model"],
+                vocabulary_gen.outputs["vocabulary"], None)
+    teacher_components = _teacher_stage(recipe, corpus_gen.outputs["examples"],
+                                        vocabulary_gen.outputs["vocabulary"])
+    teacher = teacher_components[-1].outputs["model"]
+    distiller = _distiller(recipe, "pretraining", examples, teacher).with_id("Distiller")
+    return (components + teacher_components + [distiller], distiller.outputs["model"],
+            vocabulary_gen.outputs["vocabulary"], teacher)
 
 
 def _teacher_stage(recipe: dict, corpus, vocabulary) -> list:
     """Knowledge distillation (DistilBERT, TinyBERT): the teacher is pretrained on the same
-    corpus and vocabulary with its own objective; the Distiller (a Trainer whose base_model
-    is the teacher) then trains the recipe's student."""
+    corpus and vocabulary with its own objective; the Distiller then trains the recipe's
+    student against it."""
     teacher = recipe["teacher"]
     examples = _lm_example_gen(recipe, corpus, vocabulary, teacher["objective"]
                                ).with_id("TeacherExampleGen")
@@ -143,7 +157,7 @@ def _teacher_stage(recipe: dict, corpus, vocabulary) -> list:
 
 
 def create_components(recipe: dict, serving_dir: str) -> list:
-    components, pretrained_model, vocabulary = _pretraining_stage(recipe)
+    components, pretrained_model, vocabulary, teacher = _pretraining_stage(recipe)
     finetuning = recipe["finetuning"]
     if finetuning["task"] == "classification":
         task_gen = TextExampleGen(
@@ -163,8 +177,19 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         task = None
         components += [target_gen, target_lm_gen]
 
-    finetuner = _trainer(recipe, "finetuning", task_examples, task=task,
-                         base_model=pretrained_model).with_id("FineTuner")
+    if teacher is not None and recipe["teacher"]["task_distillation"]:
+        # TinyBERT §3.2: the teacher is fine-tuned on the task, then the general student is
+        # distilled on the task data against it.
+        teacher_finetuner = _trainer(recipe, "finetuning", task_examples, task=task,
+                                     base_model=teacher, model=recipe["teacher"]
+                                     ).with_id("TeacherFineTuner")
+        components.append(teacher_finetuner)
+        finetuner = _distiller(recipe, "finetuning", task_examples,
+                               teacher_finetuner.outputs["model"], task=task,
+                               base_model=pretrained_model).with_id("TaskDistiller")
+    else:
+        finetuner = _trainer(recipe, "finetuning", task_examples, task=task,
+                             base_model=pretrained_model).with_id("FineTuner")
     baseline = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
         model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),

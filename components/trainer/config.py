@@ -28,6 +28,8 @@ class TrainerConfig:
     # Extra constructor arguments of the objective's task model (e.g. ELECTRA's
     # generator size and RTD weight, a distiller's loss weights).
     task_args: dict = dataclasses.field(default_factory=dict)
+    # The teacher Model artifact of a distillation (set by the Distiller component).
+    teacher_model: str | None = None
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainerConfig":

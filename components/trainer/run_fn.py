@@ -61,8 +61,7 @@ def _train_language_model(fn_args, config, examples_uri, strategy) -> dict:
     vocabulary_size = load_tokenizer(vocab_dir).vocabulary_size()
     with strategy.scope():
         if getattr(task_cls, "needs_teacher", False):
-            task_model, backbone = _distiller(task_cls, config, vocabulary_size,
-                                              fn_args.base_model)
+            task_model, backbone = _distiller(task_cls, config, vocabulary_size)
         else:
             backbone = _backbone(config, vocabulary_size, fn_args.base_model)
             task_model = task_cls(backbone, **config.task_args)
@@ -80,14 +79,11 @@ def _train_language_model(fn_args, config, examples_uri, strategy) -> dict:
                       "sequence_length": data_config["max_seq_length"]})
 
 
-def _distiller(task_cls, config, vocabulary_size: int, teacher_model: str | None):
+def _distiller(task_cls, config, vocabulary_size: int):
     """A distillation task model: a fresh student (this recipe's architecture and preset)
-    taught by the trained task model of the ``teacher_model`` Model artifact (any
-    architecture; e.g. a `BertPretrainer`, whose masked-LM head gives the soft targets)."""
-    if not teacher_model:
-        raise ValueError(f"{task_cls.__name__} distils a teacher: give the Trainer the "
-                         f"teacher Model artifact as base_model")
-    teacher = load_task_model(teacher_model)
+    taught by the trained task model of the teacher Model artifact (any architecture; e.g. a
+    `BertPretrainer`, whose masked-LM head gives the soft targets)."""
+    teacher = _teacher(config, task_cls.__name__)
     teacher_vocabulary = backbone_vocabulary_size(teacher.backbone)
     if teacher_vocabulary != vocabulary_size:
         raise ValueError(f"The teacher's vocabulary ({teacher_vocabulary} tokens) differs "
@@ -97,6 +93,15 @@ def _distiller(task_cls, config, vocabulary_size: int, teacher_model: str | None
     if hasattr(task_cls, "initialize_student"):
         task_cls.initialize_student(student, teacher.backbone)
     return task_cls(student, teacher=teacher, **config.task_args), student
+
+
+def _teacher(config, student: str):
+    """The teacher's trained task model (the Distiller component passes its Model artifact
+    as ``custom_config["teacher_model"]``)."""
+    if not config.teacher_model:
+        raise ValueError(f"{student} distils a teacher: run it with the Distiller component "
+                         f"(components/distiller), which takes the teacher Model artifact")
+    return load_task_model(config.teacher_model)
 
 
 def _train_classifier(fn_args, config, strategy) -> dict:
@@ -112,23 +117,37 @@ def _train_classifier(fn_args, config, strategy) -> dict:
     with strategy.scope():
         backbone = _backbone(config, preprocessor.tokenizer.vocabulary_size(),
                              fn_args.base_model)
-        task_model = architecture.classifier_cls(backbone, num_classes=task["num_classes"])
-        task_model.compile(
-            optimizer=make_optimizer(config.learning_rate, fn_args.train_steps,
-                                     config.warmup_fraction, config.weight_decay,
-                                     config.clip_norm),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-            jit_compile=config.jit_compile)
+        optimizer = make_optimizer(config.learning_rate, fn_args.train_steps,
+                                   config.warmup_fraction, config.weight_decay,
+                                   config.clip_norm)
+        if config.teacher_model:
+            # Task-specific distillation (TinyBERT §3.2): the task model trains the student
+            # against the fine-tuned teacher; its `classifier` is what gets exported.
+            if architecture.classifier_distiller_cls is None:
+                raise ValueError(f"Architecture {config.architecture!r} has no task-specific "
+                                 f"distillation")
+            task_model = architecture.classifier_distiller_cls(
+                backbone, teacher=_teacher(config, config.architecture),
+                num_classes=task["num_classes"], **config.task_args)
+            task_model.compile(optimizer=optimizer, jit_compile=config.jit_compile)
+            classifier = task_model.classifier
+        else:
+            task_model = classifier = architecture.classifier_cls(
+                backbone, num_classes=task["num_classes"])
+            task_model.compile(
+                optimizer=optimizer,
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+                jit_compile=config.jit_compile)
     read = dict(preprocessor=preprocessor, text_features=task["text_features"],
                 batch_size=config.batch_size, seed=config.seed,
-                input_names=list(task_model.input.keys()))
+                input_names=list(classifier.input.keys()))
     train_data = task_data.make_classification_dataset(
         fn_args.train_files[0], shuffle=True, repeat=True, **read)
     eval_data = task_data.make_classification_dataset(
         fn_args.eval_files[0], shuffle=False, repeat=True, **read)
     metrics = _fit(task_model, train_data, eval_data, fn_args, config)
-    return dict(task_model=task_model, backbone=backbone, vocab_dir=vocab_dir, metrics=metrics,
+    return dict(task_model=classifier, backbone=backbone, vocab_dir=vocab_dir, metrics=metrics,
                 task=dict(task), preprocessor=preprocessor)
 
 

@@ -1,0 +1,1 @@
+"""Distiller: a Trainer with a teacher (knowledge distillation)."""
