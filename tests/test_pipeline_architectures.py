@@ -64,3 +64,24 @@ def test_student_is_distilled_from_a_pretrained_teacher(recipe_name, tmp_path, d
 def test_published_checkpoint_is_imported_and_fine_tuned(tmp_path, demo_data):
     summary = _run("minilm_sst2", tmp_path, demo_data, ["finetuning.steps=4"], corpus=False)
     assert tf.io.gfile.exists(f"{summary['pipeline_root']}/CheckpointImporter")
+
+
+@pytest.mark.parametrize("recipe_name, expected", [
+    ("roberta_tiny_sst2", {"VocabularyGen", "PretrainingExampleGen", "Pretrainer", "FineTuner"}),
+    ("tinybert_tiny_sst2", {"TeacherExampleGen", "TeacherPretrainer", "Distiller",
+                            "TeacherFineTuner", "TaskDistiller"}),
+    ("distilbert_tiny_sst2", {"TeacherPretrainer", "Distiller", "FineTuner"}),
+    ("minilm_sst2", {"CheckpointImporter", "TaskExampleGen", "FineTuner", "Pusher"}),
+])
+def test_every_dag_shape_compiles_for_vertex(recipe_name, expected, tmp_path):
+    import json
+
+    output = tmp_path / "pipeline.json"
+    runners.compile_vertex(load_recipe(recipe_name), str(output), "gs://bucket/root")
+    spec = json.loads(output.read_text())
+    tasks = set(spec["pipelineSpec"]["root"]["dag"]["tasks"])
+    assert expected <= tasks, expected - tasks
+    if recipe_name == "minilm_sst2":
+        assert not {"CorpusExampleGen", "Pretrainer"} & tasks
+    executors = json.dumps(spec["pipelineSpec"]["deploymentSpec"]["executors"])
+    assert "lmfactory.components" in executors
