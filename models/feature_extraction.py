@@ -33,6 +33,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from lmfactory.models.task_model import deserialize_models
+
 FEATURE_MODES = ("first_layer", "last_hidden", "sum_all", "second_to_last",
                  "sum_last_four", "concat_last_four")
 # Transformer blocks a mode needs (hidden_states has one more entry).
@@ -133,10 +135,7 @@ class EncoderFeatures(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)
+        return cls(**deserialize_models(config))
 
 
 __all__ = ["EncoderFeatures", "FEATURE_MODES", "feature_width", "select_features"]

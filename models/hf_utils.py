@@ -87,7 +87,9 @@ class WeightReader:
                       and not any(k.startswith(p) for p in ignore_prefixes))
 
 
-def _assign(variable, value: np.ndarray, what: str) -> None:
+def assign(variable, value: np.ndarray, what: str) -> None:
+    """Assigns the array ``value`` to ``variable`` after checking the shapes match (the
+    error names ``what`` and the variable's path)."""
     value = np.asarray(value)
     if tuple(variable.shape) != tuple(value.shape):
         raise ValueError(f"Shape mismatch for {what} ({variable.path}): the model has "
@@ -104,19 +106,19 @@ def set_embedding(layer, table: np.ndarray) -> None:
     if variable is None:
         raise TypeError(f"set_embedding: {type(layer).__name__} {layer.name!r} has no "
                         f"embedding table")
-    _assign(variable, table, "embedding table")
+    assign(variable, table, "embedding table")
 
 
 def set_dense(layer, weight: np.ndarray, bias: np.ndarray | None = None) -> None:
     """A ``keras.layers.Dense`` from a torch ``nn.Linear`` weight ``[out, in]`` and bias."""
-    _assign(layer.kernel, np.asarray(weight).T, "dense kernel")
+    assign(layer.kernel, np.asarray(weight).T, "dense kernel")
     if bias is not None:
-        _assign(layer.bias, bias, "dense bias")
+        assign(layer.bias, bias, "dense bias")
 
 
 def set_layer_norm(layer, gamma: np.ndarray, beta: np.ndarray) -> None:
-    _assign(layer.gamma, gamma, "layer norm gamma")
-    _assign(layer.beta, beta, "layer norm beta")
+    assign(layer.gamma, gamma, "layer norm gamma")
+    assign(layer.beta, beta, "layer norm beta")
 
 
 def set_attention(attention, query, key, value, output) -> None:
@@ -127,15 +129,15 @@ def set_attention(attention, query, key, value, output) -> None:
     for layer, (weight, bias) in ((attention.query_dense, query), (attention.key_dense, key),
                                   (attention.value_dense, value)):
         weight = np.asarray(weight)
-        _assign(layer.kernel, weight.T.reshape(weight.shape[1], heads, head_dim),
+        assign(layer.kernel, weight.T.reshape(weight.shape[1], heads, head_dim),
                 "attention projection kernel")
-        _assign(layer.bias, np.asarray(bias).reshape(heads, head_dim),
+        assign(layer.bias, np.asarray(bias).reshape(heads, head_dim),
                 "attention projection bias")
     weight, bias = output
     weight = np.asarray(weight)
-    _assign(attention.output_dense.kernel, weight.T.reshape(heads, head_dim, weight.shape[0]),
+    assign(attention.output_dense.kernel, weight.T.reshape(heads, head_dim, weight.shape[0]),
             "attention output kernel")
-    _assign(attention.output_dense.bias, bias, "attention output bias")
+    assign(attention.output_dense.bias, bias, "attention output bias")
 
 
 def set_transformer_encoder(block, *, query, key, value, attention_output,
@@ -153,6 +155,35 @@ def set_transformer_encoder(block, *, query, key, value, attention_output,
     set_dense(block._feedforward_intermediate_dense, *intermediate)
     set_dense(block._feedforward_output_dense, *output)
     set_layer_norm(block._feedforward_layer_norm, *output_layer_norm)
+
+
+def set_bert_layer(block, read: WeightReader, prefix: str) -> None:
+    """A ``keras_nlp.layers.TransformerEncoder`` from the reference BERT layer ``prefix``
+    (e.g. ``encoder.layer.0``): ``attention.self.{query,key,value}``,
+    ``attention.output.{dense,LayerNorm}``, ``intermediate.dense``, ``output.{dense,
+    LayerNorm}``; the layout of BERT and of the models that keep BERT's encoder (RoBERTa,
+    ELECTRA)."""
+    set_transformer_encoder(
+        block,
+        query=linear(read, f"{prefix}.attention.self.query"),
+        key=linear(read, f"{prefix}.attention.self.key"),
+        value=linear(read, f"{prefix}.attention.self.value"),
+        attention_output=linear(read, f"{prefix}.attention.output.dense"),
+        attention_layer_norm=layer_norm(read, f"{prefix}.attention.output.LayerNorm"),
+        intermediate=linear(read, f"{prefix}.intermediate.dense"),
+        output=linear(read, f"{prefix}.output.dense"),
+        output_layer_norm=layer_norm(read, f"{prefix}.output.LayerNorm"),
+    )
+
+
+def set_masked_lm_head(head, *, dense, layer_norm, bias) -> None:
+    """A keras-nlp ``MaskedLMHead`` from reference weights: its transform from the torch
+    Linear ``dense`` ``(weight, bias)`` and the LayerNorm ``layer_norm`` ``(gamma, beta)``,
+    and its output ``bias`` [V]. The output projection is tied to the token embedding and
+    is loaded with it."""
+    set_dense(head._intermediate_dense, *dense)
+    set_layer_norm(head._intermediate_layer_norm, *layer_norm)
+    assign(head._bias, bias, "masked-LM output bias")
 
 
 def linear(read: WeightReader, name: str) -> tuple:

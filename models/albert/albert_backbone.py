@@ -12,6 +12,8 @@ from lmfactory.models.albert.albert_common import (
 )
 from lmfactory.models.albert.albert_feedforward_sublayer import AlbertFeedForwardSublayer
 from lmfactory.models.albert.albert_transformer_block import AlbertTransformerBlock
+from lmfactory.models.encoder_utils import (add_segment_embeddings, embed_with_segments,
+                                            encoder_states, require_inputs)
 
 # §3.1 / Table 4: which parameters the L Transformer blocks share.
 SHARING_MODES = ("all-shared", "shared-attention", "shared-FFN", "not-shared")
@@ -95,29 +97,19 @@ class AlbertBackbone(keras.Model):
         activation_fn = get_activation(activation)
 
         # === Layers ===
-        # §3.1 factorised embedding: token, position and segment embeddings of size E.
-        self.embeddings = keras_nlp.layers.TokenAndPositionEmbedding(
+        # §3.1 factorised embedding: BERT's token, position and segment embeddings at size
+        # E (`embeddings`, `segment_embedding`), summed, LayerNorm, dropout. The masked-LM
+        # head ties its output projection to the [V, E] `token_embedding`.
+        add_segment_embeddings(
+            self,
             vocabulary_size=vocabulary_size,
-            sequence_length=max_sequence_length,
+            max_sequence_length=max_sequence_length,
             embedding_dim=embedding_dim,
-            embeddings_initializer=albert_kernel_initializer(),
+            num_segments=num_segments,
+            dropout=dropout,
+            kernel_initializer=albert_kernel_initializer,
             dtype=dtype,
-            name="embeddings",
         )
-        # The masked-LM head ties its output projection to this [V, E] matrix.
-        self.token_embedding = self.embeddings.token_embedding
-        self.segment_embedding = keras.layers.Embedding(
-            input_dim=num_segments,
-            output_dim=embedding_dim,
-            embeddings_initializer=albert_kernel_initializer(),
-            dtype=dtype,
-            name="segment_embedding",
-        )
-        self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
-        self.embeddings_layer_norm = keras.layers.LayerNormalization(
-            epsilon=1e-12, dtype=dtype, name="embeddings_layer_norm")
-        self.embeddings_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embeddings_dropout")
         # ... then projected from E to H (the released code's `embedding_hidden_mapping_in`).
         self.embedding_projection = keras.layers.Dense(
             hidden_dim,
@@ -208,10 +200,7 @@ class AlbertBackbone(keras.Model):
     def _embed(self, token_ids, segment_ids, training=None):
         """§3.1: E-sized token + position + segment embeddings, LayerNorm, dropout, then the
         E -> H projection (the hidden state entering the first block)."""
-        x = self.embeddings_add(
-            [self.embeddings(token_ids), self.segment_embedding(segment_ids)])
-        x = self.embeddings_layer_norm(x)
-        x = self.embeddings_dropout(x, training=training)
+        x = embed_with_segments(self, token_ids, segment_ids, training=training)
         return self.embedding_projection(x)
 
     def call_with_states(self, inputs, training=False):
@@ -222,26 +211,12 @@ class AlbertBackbone(keras.Model):
         `attention_scores` (L tensors [batch, num_heads, seq_len, seq_len], softmax
         probabilities). Under "all-shared" the same block produces every entry.
         """
-        if not isinstance(inputs, dict):
-            raise TypeError(f"AlbertBackbone.call_with_states takes a dict with "
-                            f"{BACKBONE_INPUTS}, got {type(inputs).__name__}")
-        missing = [name for name in BACKBONE_INPUTS if name not in inputs]
-        if missing:
-            raise ValueError(f"AlbertBackbone inputs lack {missing}; it needs "
-                             f"{BACKBONE_INPUTS}")
+        require_inputs("AlbertBackbone.call_with_states", inputs, BACKBONE_INPUTS)
         x = self._embed(inputs["token_ids"], inputs["segment_ids"], training=training)
-        hidden_states, attention_scores = [x], []
-        for block in self.transformer_layers:
-            x, scores = block(x, padding_mask=inputs["padding_mask"], training=training,
-                              return_attention_scores=True)
-            hidden_states.append(x)
-            attention_scores.append(scores)
-        return {
-            "sequence_output": x,
-            "pooled_output": self.pooler_dense(x[:, 0, :]),
-            "hidden_states": hidden_states,
-            "attention_scores": attention_scores,
-        }
+        states = encoder_states(self.transformer_layers, x, inputs["padding_mask"],
+                                training=training)
+        states["pooled_output"] = self.pooler_dense(states["sequence_output"][:, 0, :])
+        return states
 
     def get_config(self):
         return {

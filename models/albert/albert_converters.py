@@ -103,12 +103,8 @@ def load_huggingface_weights(backbone: AlbertBackbone, weights: dict) -> hf_util
     hf_utils.set_embedding(backbone.token_embedding, read("embeddings.word_embeddings.weight"))
     hf_utils.set_embedding(backbone.segment_embedding,
                            read("embeddings.token_type_embeddings.weight"))
-    position = backbone.embeddings.position_embedding.position_embeddings
-    table = read("embeddings.position_embeddings.weight")
-    if tuple(position.shape) != tuple(table.shape):
-        raise ValueError(f"Shape mismatch for the position embeddings: the model has "
-                         f"{tuple(position.shape)}, the checkpoint {tuple(table.shape)}")
-    position.assign(table)
+    hf_utils.assign(backbone.embeddings.position_embedding.position_embeddings,
+                    read("embeddings.position_embeddings.weight"), "position embeddings")
     hf_utils.set_layer_norm(backbone.embeddings_layer_norm,
                             *hf_utils.layer_norm(read, "embeddings.LayerNorm"))
     hf_utils.set_dense(backbone.embedding_projection,
@@ -139,15 +135,10 @@ def load_huggingface_heads(pretrainer, path: str) -> None:
     (``predictions.*``: masked LM; ``sop_classifier.*``: sentence order) into an
     `AlbertPretrainer` whose backbone was loaded from the same folder."""
     read = hf_utils.WeightReader(hf_utils.read_weights(path))
-    head = pretrainer.masked_lm_head
-    hf_utils.set_dense(head._intermediate_dense, *hf_utils.linear(read, "predictions.dense"))
-    hf_utils.set_layer_norm(head._intermediate_layer_norm,
-                            *hf_utils.layer_norm(read, "predictions.LayerNorm"))
-    bias = read("predictions.bias")
-    if tuple(head._bias.shape) != tuple(bias.shape):
-        raise ValueError(f"Shape mismatch for the masked-LM output bias: the model has "
-                         f"{tuple(head._bias.shape)}, the checkpoint {tuple(bias.shape)}")
-    head._bias.assign(bias)
+    hf_utils.set_masked_lm_head(pretrainer.masked_lm_head,
+                                dense=hf_utils.linear(read, "predictions.dense"),
+                                layer_norm=hf_utils.layer_norm(read, "predictions.LayerNorm"),
+                                bias=read("predictions.bias"))
     hf_utils.set_dense(pretrainer.sentence_order_head,
                        *hf_utils.linear(read, "sop_classifier.classifier"))
 

@@ -3,17 +3,17 @@
 
 import keras
 import keras_nlp
-import tensorflow as tf
-from keras import ops
 
 from lmfactory.models.albert.albert_common import albert_kernel_initializer, get_activation
-from lmfactory.models.bert.bert_pretrainer import sum_over_replicas
+from lmfactory.models.task_losses import (masked_lm_objective, sentence_objective,
+                                          with_regularization)
+from lmfactory.models.task_model import BackboneTask
 
 ALBERT_PRETRAINER_INPUTS = ("token_ids", "padding_mask", "segment_ids", "mask_positions")
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
-class AlbertPretrainer(keras.Model):
+class AlbertPretrainer(BackboneTask, keras.Model):
     """An `AlbertBackbone` with the masked-LM and sentence-order-prediction heads.
 
     Masked LM (§4.1, following BERT; n-gram masking decides which positions the data holds):
@@ -30,7 +30,7 @@ class AlbertPretrainer(keras.Model):
     (weighted by `masked_lm_weights`: ``sum(w * nll) / (sum(w) + 1e-5)``) and the mean SOP
     negative log-likelihood, as BERT's MLM + NSP loss with SOP in place of NSP.
     `compute_loss` computes it (compile with an optimizer and no `loss`); under a
-    `tf.distribute` strategy the sums run over the global batch (`sum_over_replicas`).
+    `tf.distribute` strategy the sums run over the global batch (`models/task_losses.py`).
 
     Inputs (dict, int32): `token_ids`, `padding_mask`, `segment_ids` [batch, seq_len],
         `mask_positions` [batch, num_predictions].
@@ -89,51 +89,8 @@ class AlbertPretrainer(keras.Model):
                              "'sop': sentence-order labels [B]} (objective albert_mlm_sop); "
                              f"got {type(y).__name__} "
                              f"{sorted(y) if isinstance(y, dict) else ''}")
-        mlm_logits = ops.cast(y_pred["mlm"], "float32")
-        sop_logits = ops.cast(y_pred["sop"], "float32")
-        mlm_labels = y["mlm"]
-        sop_labels = ops.reshape(y["sop"], (-1,))
-        if isinstance(sample_weight, dict):
-            sample_weight = sample_weight.get("mlm")
-        if sample_weight is None:
-            mlm_weights = ops.ones(ops.shape(mlm_labels), dtype="float32")
-        else:
-            mlm_weights = ops.cast(sample_weight, "float32")
-
-        mlm_nll = keras.losses.sparse_categorical_crossentropy(
-            mlm_labels, mlm_logits, from_logits=True
-        )
-        sop_nll = keras.losses.sparse_categorical_crossentropy(
-            sop_labels, sop_logits, from_logits=True
-        )
-        mlm_loss = ops.sum(mlm_weights * mlm_nll) / (
-            sum_over_replicas(ops.sum(mlm_weights)) + 1e-5
-        )
-        sop_loss = ops.sum(sop_nll) / sum_over_replicas(
-            ops.cast(ops.shape(sop_nll)[0], "float32")
-        )
-
-        self.mlm_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(mlm_loss)))
-        self.sop_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(sop_loss)))
-        self.mlm_accuracy.update_state(mlm_labels, mlm_logits, sample_weight=mlm_weights)
-        self.sop_accuracy.update_state(sop_labels, sop_logits)
-
-        loss = mlm_loss + sop_loss
-        if self.losses:  # regularisers, if a caller adds any: averaged like Keras does
-            regularization = ops.cast(ops.sum(self.losses), "float32")
-            loss = loss + regularization / tf.distribute.get_strategy().num_replicas_in_sync
-        return loss
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)
+        mlm_loss = masked_lm_objective(y["mlm"], y_pred["mlm"], sample_weight,
+                                       self.mlm_loss_tracker, self.mlm_accuracy)
+        sop_loss = sentence_objective(y["sop"], y_pred["sop"], self.sop_loss_tracker,
+                                      self.sop_accuracy)
+        return with_regularization(self, mlm_loss + sop_loss)

@@ -2,7 +2,10 @@
 Transformers for Language Understanding")."""
 
 import keras
-import keras_nlp
+
+from lmfactory.models.encoder_utils import (add_segment_embeddings, embed_with_segments,
+                                            encoder_states, post_ln_encoder_blocks,
+                                            require_inputs)
 
 
 def bert_kernel_initializer(stddev=0.02):
@@ -60,44 +63,27 @@ class BertBackbone(keras.Model):
             raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
                              f"({num_heads})")
         # === Layers ===
-        self.embeddings = keras_nlp.layers.TokenAndPositionEmbedding(
+        # §3 Figure 2: `embeddings` (token + position), `segment_embedding`, their sum,
+        # LayerNorm and dropout. The MLM head ties its output projection to
+        # `token_embedding` (§3.1, as in the code).
+        add_segment_embeddings(
+            self,
             vocabulary_size=vocabulary_size,
-            sequence_length=max_sequence_length,
+            max_sequence_length=max_sequence_length,
             embedding_dim=hidden_dim,
-            embeddings_initializer=bert_kernel_initializer(),
+            num_segments=num_segments,
+            dropout=dropout,
+            kernel_initializer=bert_kernel_initializer,
             dtype=dtype,
-            name="embeddings",
         )
-        # The MLM head ties its output projection to this matrix (§3.1, as in the code).
-        self.token_embedding = self.embeddings.token_embedding
-        self.segment_embedding = keras.layers.Embedding(
-            input_dim=num_segments,
-            output_dim=hidden_dim,
-            embeddings_initializer=bert_kernel_initializer(),
+        self.transformer_layers = post_ln_encoder_blocks(
+            num_layers,
+            num_heads=num_heads,
+            intermediate_dim=intermediate_dim,
+            dropout=dropout,
+            kernel_initializer=bert_kernel_initializer,
             dtype=dtype,
-            name="segment_embedding",
         )
-        self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
-        self.embeddings_layer_norm = keras.layers.LayerNormalization(
-            epsilon=1e-12, dtype=dtype, name="embeddings_layer_norm"
-        )
-        self.embeddings_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embeddings_dropout"
-        )
-        self.transformer_layers = [
-            keras_nlp.layers.TransformerEncoder(
-                intermediate_dim=intermediate_dim,
-                num_heads=num_heads,
-                dropout=dropout,
-                activation="gelu",  # keras' "gelu" is the exact erf form
-                layer_norm_epsilon=1e-12,
-                kernel_initializer=bert_kernel_initializer(),
-                normalize_first=False,
-                dtype=dtype,
-                name=f"transformer_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
         self.pooler_dense = keras.layers.Dense(
             hidden_dim,
             activation="tanh",
@@ -111,11 +97,7 @@ class BertBackbone(keras.Model):
         padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
         segment_id_input = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
 
-        x = self.embeddings_add(
-            [self.embeddings(token_id_input), self.segment_embedding(segment_id_input)]
-        )
-        x = self.embeddings_layer_norm(x)
-        x = self.embeddings_dropout(x)
+        x = embed_with_segments(self, token_id_input, segment_id_input)
         for block in self.transformer_layers:
             x = block(x, padding_mask=padding_mask_input)
         sequence_output = x
@@ -161,35 +143,16 @@ class BertBackbone(keras.Model):
             `attention_scores`: list of L tensors [B, A, T, T] (each block's softmax
             attention probabilities; padding keys get probability 0).
         """
-        if not isinstance(inputs, dict):
-            raise TypeError(f"BertBackbone.call_with_states takes a dict of tensors, got "
-                            f"{type(inputs).__name__}")
-        missing = [k for k in ("token_ids", "padding_mask", "segment_ids") if k not in inputs]
-        if missing:
-            raise ValueError(f"BertBackbone.call_with_states: inputs lack {missing}; got "
-                             f"{sorted(inputs)}")
+        require_inputs("BertBackbone.call_with_states", inputs,
+                       ("token_ids", "padding_mask", "segment_ids"))
         token_ids = keras.ops.convert_to_tensor(inputs["token_ids"], dtype="int32")
         padding_mask = keras.ops.convert_to_tensor(inputs["padding_mask"], dtype="int32")
         segment_ids = keras.ops.convert_to_tensor(inputs["segment_ids"], dtype="int32")
 
-        x = self.embeddings_add(
-            [self.embeddings(token_ids), self.segment_embedding(segment_ids)]
-        )
-        x = self.embeddings_layer_norm(x)
-        x = self.embeddings_dropout(x, training=training)
-        hidden_states = [x]
-        attention_scores = []
-        for block in self.transformer_layers:
-            x, scores = block(x, padding_mask=padding_mask, training=training,
-                              return_attention_scores=True)
-            hidden_states.append(x)
-            attention_scores.append(scores)
-        return {
-            "sequence_output": x,
-            "pooled_output": self.pooler_dense(x[:, 0, :]),
-            "hidden_states": hidden_states,
-            "attention_scores": attention_scores,
-        }
+        x = embed_with_segments(self, token_ids, segment_ids, training=training)
+        states = encoder_states(self.transformer_layers, x, padding_mask, training=training)
+        states["pooled_output"] = self.pooler_dense(states["sequence_output"][:, 0, :])
+        return states
 
     def get_config(self):
         return {

@@ -3,12 +3,13 @@
 import keras
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
+from lmfactory.models.task_model import BackboneTask
 
 BERT_CLASSIFIER_INPUTS = ("token_ids", "padding_mask", "segment_ids")
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
-class BertClassifier(keras.Model):
+class BertClassifier(BackboneTask, keras.Model):
     """A `BertBackbone` with a classification layer on the `[CLS]` representation.
 
     §4.1: "The only new parameters introduced during fine-tuning are classification layer
@@ -52,17 +53,6 @@ class BertClassifier(keras.Model):
         self.dropout = dropout
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-            "num_classes": self.num_classes,
-            "dropout": self.dropout,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)
+        config = super().get_config()
+        config.update({"num_classes": self.num_classes, "dropout": self.dropout})
+        return config

@@ -111,18 +111,7 @@ def load_weights(backbone: BertBackbone, weights: dict, source: str) -> BertBack
                                 *layer_norm(read, "embeddings.LayerNorm"))
         # The L Transformer blocks.
         for i, block in enumerate(backbone.transformer_layers):
-            layer = f"encoder.layer.{i}"
-            hf_utils.set_transformer_encoder(
-                block,
-                query=linear(read, f"{layer}.attention.self.query"),
-                key=linear(read, f"{layer}.attention.self.key"),
-                value=linear(read, f"{layer}.attention.self.value"),
-                attention_output=linear(read, f"{layer}.attention.output.dense"),
-                attention_layer_norm=layer_norm(read, f"{layer}.attention.output.LayerNorm"),
-                intermediate=linear(read, f"{layer}.intermediate.dense"),
-                output=linear(read, f"{layer}.output.dense"),
-                output_layer_norm=layer_norm(read, f"{layer}.output.LayerNorm"),
-            )
+            hf_utils.set_bert_layer(block, read, f"encoder.layer.{i}")
         # The pooler: Dense(H, tanh) on the final [CLS] vector.
         if read.has(f"{POOLER}.weight"):
             hf_utils.set_dense(backbone.pooler_dense, *linear(read, POOLER))

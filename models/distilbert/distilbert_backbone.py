@@ -4,6 +4,10 @@ smaller, faster, cheaper and lighter", arXiv:1910.01108)."""
 import keras
 import keras_nlp
 
+from lmfactory.models.encoder_utils import (add_embeddings_normalization, encoder_states,
+                                            normalize_embeddings, post_ln_encoder_blocks,
+                                            require_inputs)
+
 DISTILBERT_BACKBONE_INPUTS = ("token_ids", "padding_mask")
 
 
@@ -85,27 +89,17 @@ class DistilBertBackbone(keras.Model):
                 dtype=dtype,
                 name="position_embedding",
             )
-        self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
-        self.embeddings_layer_norm = keras.layers.LayerNormalization(
-            epsilon=1e-12, dtype=dtype, name="embeddings_layer_norm"
+        add_embeddings_normalization(self, layer_norm_epsilon=1e-12, dropout=dropout,
+                                     dtype=dtype)
+        # BERT's post-LN blocks, exact (erf) GELU as BERT and the released DistilBERT.
+        self.transformer_layers = post_ln_encoder_blocks(
+            num_layers,
+            num_heads=num_heads,
+            intermediate_dim=intermediate_dim,
+            dropout=dropout,
+            kernel_initializer=distilbert_kernel_initializer,
+            dtype=dtype,
         )
-        self.embeddings_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embeddings_dropout"
-        )
-        self.transformer_layers = [
-            keras_nlp.layers.TransformerEncoder(
-                intermediate_dim=intermediate_dim,
-                num_heads=num_heads,
-                dropout=dropout,
-                activation="gelu",  # exact (erf) GELU, as BERT and the released DistilBERT
-                layer_norm_epsilon=1e-12,
-                kernel_initializer=distilbert_kernel_initializer(),
-                normalize_first=False,
-                dtype=dtype,
-                name=f"transformer_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
 
         # === Functional model ===
         token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
@@ -133,9 +127,8 @@ class DistilBertBackbone(keras.Model):
 
     def _embed(self, token_ids, training=None):
         tokens = self.token_embedding(token_ids)
-        x = self.embeddings_add([tokens, self.position_embedding(tokens)])
-        x = self.embeddings_layer_norm(x)
-        return self.embeddings_dropout(x, training=training)
+        return normalize_embeddings(self, [tokens, self.position_embedding(tokens)],
+                                    training=training)
 
     def call_with_states(self, inputs, training=False):
         """The forward pass, also returning every layer's hidden states and attention maps.
@@ -154,28 +147,12 @@ class DistilBertBackbone(keras.Model):
             block's output) and `attention_scores`: list of L tensors [B, A, T, T] (each
             block's softmax attention probabilities; padding keys get probability 0).
         """
-        if not isinstance(inputs, dict):
-            raise TypeError(f"DistilBertBackbone.call_with_states takes a dict of tensors, "
-                            f"got {type(inputs).__name__}")
-        missing = [k for k in DISTILBERT_BACKBONE_INPUTS if k not in inputs]
-        if missing:
-            raise ValueError(f"DistilBertBackbone.call_with_states: inputs lack {missing}; "
-                             f"got {sorted(inputs)}")
+        require_inputs("DistilBertBackbone.call_with_states", inputs,
+                       DISTILBERT_BACKBONE_INPUTS)
         token_ids = keras.ops.convert_to_tensor(inputs["token_ids"], dtype="int32")
         padding_mask = keras.ops.convert_to_tensor(inputs["padding_mask"], dtype="int32")
         x = self._embed(token_ids, training=training)
-        hidden_states = [x]
-        attention_scores = []
-        for block in self.transformer_layers:
-            x, scores = block(x, padding_mask=padding_mask, training=training,
-                              return_attention_scores=True)
-            hidden_states.append(x)
-            attention_scores.append(scores)
-        return {
-            "sequence_output": x,
-            "hidden_states": hidden_states,
-            "attention_scores": attention_scores,
-        }
+        return encoder_states(self.transformer_layers, x, padding_mask, training=training)
 
     def get_config(self):
         return {

@@ -5,10 +5,11 @@ import keras
 
 from lmfactory.models.distilbert.distilbert_backbone import (
     DISTILBERT_BACKBONE_INPUTS, distilbert_kernel_initializer)
+from lmfactory.models.task_model import BackboneTask
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
-class DistilBertClassifier(keras.Model):
+class DistilBertClassifier(BackboneTask, keras.Model):
     """A `DistilBertBackbone` with the released classification head on the first token.
 
     DistilBERT has no pooler (§3), so the head of the released sequence classifier reads the
@@ -61,17 +62,6 @@ class DistilBertClassifier(keras.Model):
         self.dropout = dropout
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-            "num_classes": self.num_classes,
-            "dropout": self.dropout,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)
+        config = super().get_config()
+        config.update({"num_classes": self.num_classes, "dropout": self.dropout})
+        return config

@@ -90,16 +90,10 @@ def load_huggingface_masked_lm_head(masked_lm_head, path: str) -> None:
     if not read.has("vocab_transform.weight"):
         raise ValueError(f"{path!r} has no DistilBERT masked-LM head (vocab_transform); it "
                          f"was not saved from DistilBertForMaskedLM")
-    hf_utils.set_dense(masked_lm_head._intermediate_dense,
-                       *hf_utils.linear(read, "vocab_transform"))
-    hf_utils.set_layer_norm(masked_lm_head._intermediate_layer_norm,
-                            *hf_utils.layer_norm(read, "vocab_layer_norm"))
-    bias = read("vocab_projector.bias")
-    if tuple(masked_lm_head._bias.shape) != tuple(bias.shape):
-        raise ValueError(f"Shape mismatch for the masked-LM output bias: the model has "
-                         f"{tuple(masked_lm_head._bias.shape)}, the checkpoint "
-                         f"{tuple(bias.shape)}")
-    masked_lm_head._bias.assign(bias)
+    hf_utils.set_masked_lm_head(masked_lm_head,
+                                dense=hf_utils.linear(read, "vocab_transform"),
+                                layer_norm=hf_utils.layer_norm(read, "vocab_layer_norm"),
+                                bias=read("vocab_projector.bias"))
 
 
 CONVERTERS = {"huggingface": convert_huggingface}

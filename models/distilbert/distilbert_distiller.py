@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import keras
 import keras_nlp
-import tensorflow as tf
 from keras import ops
 
-from lmfactory.models.bert.bert_pretrainer import sum_over_replicas
 from lmfactory.models.distilbert.distilbert_backbone import distilbert_kernel_initializer
+from lmfactory.models.encoder_utils import model_inputs, require_inputs
+from lmfactory.models.task_losses import (masked_lm_loss, masked_lm_weights, track_loss,
+                                          weighted_mean, with_regularization)
+from lmfactory.models.task_model import BackboneTask
 
 DISTILLER_INPUTS = ("token_ids", "padding_mask", "mask_positions")
 
@@ -138,7 +140,7 @@ def initialize_student_from_teacher(student_backbone, teacher_backbone, teacher_
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
-class DistilBertDistiller(keras.Model):
+class DistilBertDistiller(BackboneTask, keras.Model):
     """Trains a `DistilBertBackbone` student to reproduce a masked-LM teacher (§2-3).
 
     §2 "Training loss": the student is trained with a distillation loss over the soft target
@@ -186,6 +188,7 @@ class DistilBertDistiller(keras.Model):
     """
 
     needs_teacher = True
+    serialized_models = ("backbone", "teacher")
 
     def __init__(self, backbone, teacher, alpha_ce=5.0, alpha_mlm=2.0, alpha_cos=1.0,
                  temperature=2.0, initialize_head_from_teacher=True, **kwargs):
@@ -242,32 +245,14 @@ class DistilBertDistiller(keras.Model):
         return initialize_student_from_teacher(student_backbone, teacher_backbone,
                                                teacher_layers)
 
-    def _teacher_inputs(self, inputs):
-        token_ids = inputs["token_ids"]
-        teacher_inputs = {}
-        for name in self.teacher.backbone.input:
-            if name in inputs:
-                teacher_inputs[name] = inputs[name]
-            elif name == "segment_ids":
-                teacher_inputs[name] = ops.zeros_like(token_ids)
-            else:
-                raise ValueError(f"The teacher needs input {name!r}, absent from the batch "
-                                 f"({sorted(inputs)})")
-        return teacher_inputs
-
     def call(self, inputs, training=None):
-        if not isinstance(inputs, dict):
-            raise TypeError(f"DistilBertDistiller takes a dict of tensors, got "
-                            f"{type(inputs).__name__}")
-        missing = [name for name in DISTILLER_INPUTS if name not in inputs]
-        if missing:
-            raise ValueError(f"DistilBertDistiller inputs lack {missing}; got {sorted(inputs)}")
+        require_inputs("DistilBertDistiller", inputs, DISTILLER_INPUTS)
         sequence_output = self.backbone(
             {"token_ids": inputs["token_ids"], "padding_mask": inputs["padding_mask"]},
             training=training)["sequence_output"]
         mlm_logits = self.masked_lm_head(sequence_output,
                                          mask_positions=inputs["mask_positions"])
-        teacher_sequence = self.teacher.backbone(self._teacher_inputs(inputs),
+        teacher_sequence = self.teacher.backbone(model_inputs(self.teacher.backbone, inputs),
                                                  training=False)["sequence_output"]
         teacher_logits = self.teacher.masked_lm_head(teacher_sequence,
                                                      mask_positions=inputs["mask_positions"])
@@ -280,16 +265,10 @@ class DistilBertDistiller(keras.Model):
 
     def distillation_losses(self, x, y, y_pred, sample_weight=None):
         """The three loss terms ``{"ce", "mlm", "cos"}`` (each a replica's share of the
-        global-batch mean, see `sum_over_replicas`) and the masked-LM weights."""
+        global-batch mean, see `models/task_losses.py`)."""
         student_logits = ops.cast(y_pred["mlm"], "float32")
         teacher_logits = ops.cast(y_pred["teacher_mlm"], "float32")
-        if isinstance(sample_weight, dict):
-            sample_weight = sample_weight.get("mlm")
-        if sample_weight is None:
-            weights = ops.ones(ops.shape(student_logits)[:2], dtype="float32")
-        else:
-            weights = ops.cast(sample_weight, "float32")
-        num_predictions = sum_over_replicas(ops.sum(weights)) + 1e-5
+        weights = masked_lm_weights(sample_weight, ops.shape(student_logits)[:2])
 
         # L_ce: soft targets at temperature T, scaled by T^2.
         t = self.temperature
@@ -297,7 +276,7 @@ class DistilBertDistiller(keras.Model):
         student_log_probs = ops.log_softmax(student_logits / t, axis=-1)
         kl = ops.sum(ops.exp(teacher_log_probs) * (teacher_log_probs - student_log_probs),
                      axis=-1)
-        ce_loss = ops.sum(weights * kl) / num_predictions * (t * t)
+        ce_loss = weighted_mean(kl, weights) * (t * t)
 
         # L_mlm: the student's masked-LM likelihood on the true tokens.
         if isinstance(y, dict):
@@ -310,9 +289,7 @@ class DistilBertDistiller(keras.Model):
                                  "(alpha_mlm > 0)")
             mlm_loss = ops.zeros((), dtype="float32")
         else:
-            nll = keras.losses.sparse_categorical_crossentropy(labels, student_logits,
-                                                               from_logits=True)
-            mlm_loss = ops.sum(weights * nll) / num_predictions
+            mlm_loss = masked_lm_loss(labels, student_logits, weights)
             self.mlm_accuracy.update_state(labels, student_logits, sample_weight=weights)
 
         # L_cos: align the directions of the last hidden states on real tokens.
@@ -321,41 +298,27 @@ class DistilBertDistiller(keras.Model):
         token_weights = ops.cast(x["padding_mask"], "float32")
         cosine = ops.sum(student_hidden * teacher_hidden, axis=-1) / ops.maximum(
             ops.norm(student_hidden, axis=-1) * ops.norm(teacher_hidden, axis=-1), 1e-8)
-        cos_loss = ops.sum(token_weights * (1.0 - cosine)) / (
-            sum_over_replicas(ops.sum(token_weights)) + 1e-5)
+        cos_loss = weighted_mean(1.0 - cosine, token_weights)
         return {"ce": ce_loss, "mlm": mlm_loss, "cos": cos_loss}
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if y_pred is None:
             y_pred = self(x, training=training)
         losses = self.distillation_losses(x, y, y_pred, sample_weight)
-        self.ce_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(losses["ce"])))
-        self.mlm_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(losses["mlm"])))
-        self.cos_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(losses["cos"])))
+        track_loss(self.ce_loss_tracker, losses["ce"])
+        track_loss(self.mlm_loss_tracker, losses["mlm"])
+        track_loss(self.cos_loss_tracker, losses["cos"])
         loss = (self.alpha_ce * losses["ce"] + self.alpha_mlm * losses["mlm"]
                 + self.alpha_cos * losses["cos"])
-        if self.losses:  # regularisers, if a caller adds any: averaged like Keras does
-            regularization = ops.cast(ops.sum(self.losses), "float32")
-            loss = loss + regularization / tf.distribute.get_strategy().num_replicas_in_sync
-        return loss
+        return with_regularization(self, loss)
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-            "teacher": keras.layers.serialize(self.teacher),
+        config = super().get_config()
+        config.update({
             "alpha_ce": self.alpha_ce,
             "alpha_mlm": self.alpha_mlm,
             "alpha_cos": self.alpha_cos,
             "temperature": self.temperature,
             "initialize_head_from_teacher": self.initialize_head_from_teacher,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        for key in ("backbone", "teacher"):
-            if isinstance(config.get(key), dict):
-                config[key] = keras.layers.deserialize(config[key])
-        return cls(**config)
+        })
+        return config

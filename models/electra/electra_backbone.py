@@ -2,9 +2,11 @@
 as Discriminators Rather Than Generators", ICLR)."""
 
 import keras
-import keras_nlp
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
+from lmfactory.models.encoder_utils import (add_segment_embeddings, embed_with_segments,
+                                            encoder_states, post_ln_encoder_blocks,
+                                            require_inputs)
 
 ELECTRA_BACKBONE_INPUTS = ("token_ids", "padding_mask", "segment_ids")
 
@@ -72,29 +74,18 @@ class ElectraBackbone(keras.Model):
         if embedding_dim <= 0:
             raise ValueError(f"embedding_dim must be positive, got {embedding_dim}")
         # === Layers ===
-        self.embeddings = keras_nlp.layers.TokenAndPositionEmbedding(
+        # BERT's embedding block, E wide: `embeddings` (token + position),
+        # `segment_embedding`, their sum, LayerNorm and dropout. `token_embedding` is shared
+        # with the generator and tied to its masked-LM output layer (§3.2).
+        add_segment_embeddings(
+            self,
             vocabulary_size=vocabulary_size,
-            sequence_length=max_sequence_length,
+            max_sequence_length=max_sequence_length,
             embedding_dim=embedding_dim,
-            embeddings_initializer=bert_kernel_initializer(),
+            num_segments=num_segments,
+            dropout=dropout,
+            kernel_initializer=bert_kernel_initializer,
             dtype=dtype,
-            name="embeddings",
-        )
-        # Shared with the generator and tied to its masked-LM output layer (§3.2).
-        self.token_embedding = self.embeddings.token_embedding
-        self.segment_embedding = keras.layers.Embedding(
-            input_dim=num_segments,
-            output_dim=embedding_dim,
-            embeddings_initializer=bert_kernel_initializer(),
-            dtype=dtype,
-            name="segment_embedding",
-        )
-        self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
-        self.embeddings_layer_norm = keras.layers.LayerNormalization(
-            epsilon=1e-12, dtype=dtype, name="embeddings_layer_norm"
-        )
-        self.embeddings_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embeddings_dropout"
         )
         self.embeddings_projection = None
         if embedding_dim != hidden_dim:
@@ -104,20 +95,14 @@ class ElectraBackbone(keras.Model):
                 dtype=dtype,
                 name="embeddings_projection",
             )
-        self.transformer_layers = [
-            keras_nlp.layers.TransformerEncoder(
-                intermediate_dim=intermediate_dim,
-                num_heads=num_heads,
-                dropout=dropout,
-                activation="gelu",  # keras' "gelu" is the exact erf form
-                layer_norm_epsilon=1e-12,
-                kernel_initializer=bert_kernel_initializer(),
-                normalize_first=False,
-                dtype=dtype,
-                name=f"transformer_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
+        self.transformer_layers = post_ln_encoder_blocks(
+            num_layers,
+            num_heads=num_heads,
+            intermediate_dim=intermediate_dim,
+            dropout=dropout,
+            kernel_initializer=bert_kernel_initializer,
+            dtype=dtype,
+        )
 
         # === Functional model ===
         inputs = {
@@ -145,12 +130,8 @@ class ElectraBackbone(keras.Model):
     def embed(self, inputs, training=None):
         """The shared embedding block: token + position + segment embeddings, LayerNorm,
         dropout -> [batch, seq_len, E] (no projection to H)."""
-        x = self.embeddings_add([
-            self.embeddings(inputs["token_ids"]),
-            self.segment_embedding(inputs["segment_ids"]),
-        ])
-        x = self.embeddings_layer_norm(x)
-        return self.embeddings_dropout(x, training=training)
+        return embed_with_segments(self, inputs["token_ids"], inputs["segment_ids"],
+                                   training=training)
 
     def _project(self, x):
         if self.embeddings_projection is None:
@@ -164,19 +145,10 @@ class ElectraBackbone(keras.Model):
         the projected embedding output, then each block's output) and `attention_scores`
         (list of L [B, heads, T, T]).
         """
-        missing = [name for name in ELECTRA_BACKBONE_INPUTS if name not in inputs]
-        if missing:
-            raise ValueError(f"ElectraBackbone inputs lack {missing}; it takes "
-                             f"{list(ELECTRA_BACKBONE_INPUTS)}")
+        require_inputs("ElectraBackbone", inputs, ELECTRA_BACKBONE_INPUTS)
         x = self._project(self.embed(inputs, training=training))
-        hidden_states, attention_scores = [x], []
-        for block in self.transformer_layers:
-            x, scores = block(x, padding_mask=inputs["padding_mask"], training=training,
-                              return_attention_scores=True)
-            hidden_states.append(x)
-            attention_scores.append(scores)
-        return {"sequence_output": x, "hidden_states": hidden_states,
-                "attention_scores": attention_scores}
+        return encoder_states(self.transformer_layers, x, inputs["padding_mask"],
+                              training=training)
 
     def get_config(self):
         return {

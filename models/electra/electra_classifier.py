@@ -4,10 +4,11 @@ import keras
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 from lmfactory.models.electra.electra_backbone import ELECTRA_BACKBONE_INPUTS
+from lmfactory.models.task_model import BackboneTask
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
-class ElectraClassifier(keras.Model):
+class ElectraClassifier(BackboneTask, keras.Model):
     """An `ElectraBackbone` (the pre-trained discriminator) with a classification head on
     the first token (`[CLS]`).
 
@@ -65,17 +66,6 @@ class ElectraClassifier(keras.Model):
         self.dropout = dropout
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-            "num_classes": self.num_classes,
-            "dropout": self.dropout,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)
+        config = super().get_config()
+        config.update({"num_classes": self.num_classes, "dropout": self.dropout})
+        return config

@@ -60,19 +60,11 @@ def backbone_kwargs_from_hf_config(config: dict) -> dict:
     }
 
 
-def _set_position_embedding(layer, table: np.ndarray) -> None:
-    variable = layer.position_embeddings
-    if tuple(variable.shape) != tuple(table.shape):
-        raise ValueError(f"Shape mismatch for position embeddings ({variable.path}): the "
-                         f"model has {tuple(variable.shape)}, the checkpoint {table.shape}")
-    variable.assign(table)
-
-
 def load_backbone_weights(backbone: ElectraBackbone, read: hf_utils.WeightReader) -> None:
     """Copies the reference encoder weights into ``backbone``."""
     hf_utils.set_embedding(backbone.token_embedding, read("embeddings.word_embeddings.weight"))
-    _set_position_embedding(backbone.embeddings.position_embedding,
-                            read("embeddings.position_embeddings.weight"))
+    hf_utils.assign(backbone.embeddings.position_embedding.position_embeddings,
+                    read("embeddings.position_embeddings.weight"), "position embeddings")
     hf_utils.set_embedding(backbone.segment_embedding,
                            read("embeddings.token_type_embeddings.weight"))
     hf_utils.set_layer_norm(backbone.embeddings_layer_norm,
@@ -84,18 +76,7 @@ def load_backbone_weights(backbone: ElectraBackbone, read: hf_utils.WeightReader
         raise ValueError("The checkpoint has an embeddings_project layer but its "
                          "embedding_size equals hidden_size")
     for i, block in enumerate(backbone.transformer_layers):
-        layer = f"encoder.layer.{i}"
-        hf_utils.set_transformer_encoder(
-            block,
-            query=hf_utils.linear(read, f"{layer}.attention.self.query"),
-            key=hf_utils.linear(read, f"{layer}.attention.self.key"),
-            value=hf_utils.linear(read, f"{layer}.attention.self.value"),
-            attention_output=hf_utils.linear(read, f"{layer}.attention.output.dense"),
-            attention_layer_norm=hf_utils.layer_norm(read, f"{layer}.attention.output.LayerNorm"),
-            intermediate=hf_utils.linear(read, f"{layer}.intermediate.dense"),
-            output=hf_utils.linear(read, f"{layer}.output.dense"),
-            output_layer_norm=hf_utils.layer_norm(read, f"{layer}.output.LayerNorm"),
-        )
+        hf_utils.set_bert_layer(block, read, f"encoder.layer.{i}")
 
 
 def _check_all_read(read: hf_utils.WeightReader, path: str) -> None:

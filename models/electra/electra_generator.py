@@ -5,6 +5,7 @@ import keras
 import keras_nlp
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
+from lmfactory.models.encoder_utils import post_ln_encoder_blocks
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -64,20 +65,14 @@ class ElectraGenerator(keras.layers.Layer):
                 dtype=self.layers_dtype,
                 name="embeddings_projection",
             )
-        self.transformer_layers = [
-            keras_nlp.layers.TransformerEncoder(
-                intermediate_dim=intermediate_dim,
-                num_heads=num_heads,
-                dropout=dropout,
-                activation="gelu",
-                layer_norm_epsilon=1e-12,
-                kernel_initializer=bert_kernel_initializer(),
-                normalize_first=False,
-                dtype=self.layers_dtype,
-                name=f"transformer_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
+        self.transformer_layers = post_ln_encoder_blocks(
+            num_layers,
+            num_heads=num_heads,
+            intermediate_dim=intermediate_dim,
+            dropout=dropout,
+            kernel_initializer=bert_kernel_initializer,
+            dtype=self.layers_dtype,
+        )
         self.masked_lm_head = keras_nlp.layers.MaskedLMHead(
             token_embedding=token_embedding,
             intermediate_activation="gelu",

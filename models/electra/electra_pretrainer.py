@@ -5,10 +5,13 @@ import tensorflow as tf
 from keras import ops
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
-from lmfactory.models.bert.bert_pretrainer import sum_over_replicas
 from lmfactory.models.electra.electra_backbone import ELECTRA_BACKBONE_INPUTS
 from lmfactory.models.electra.electra_generator import ElectraGenerator
 from lmfactory.models.electra.electra_presets import default_generator_size
+from lmfactory.models.encoder_utils import require_inputs
+from lmfactory.models.task_losses import (masked_lm_loss, masked_lm_weights, sum_over_replicas,
+                                          track_loss, with_regularization)
+from lmfactory.models.task_model import BackboneTask
 
 ELECTRA_PRETRAINER_INPUTS = ELECTRA_BACKBONE_INPUTS + ("mask_positions",)
 
@@ -27,7 +30,7 @@ def generator_dimensions(backbone, generator_size: float) -> dict:
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
-class ElectraPretrainer(keras.Model):
+class ElectraPretrainer(BackboneTask, keras.Model):
     """Generator + discriminator trained jointly on replaced token detection (§2, Figure 2).
 
     The input is a masked batch (CONTRACTS §3, objective `mlm`): `token_ids` with some
@@ -131,10 +134,7 @@ class ElectraPretrainer(keras.Model):
     def call(self, inputs, training=None):
         """The generator side of Figure 2: G's masked-LM logits [B, P, V] (as `{"mlm": ...}`)
         on the shared embeddings of the masked input."""
-        missing = [name for name in ELECTRA_PRETRAINER_INPUTS if name not in inputs]
-        if missing:
-            raise ValueError(f"ElectraPretrainer inputs lack {missing}; it takes "
-                             f"{list(ELECTRA_PRETRAINER_INPUTS)}")
+        require_inputs("ElectraPretrainer", inputs, ELECTRA_PRETRAINER_INPUTS)
         embedded = self.backbone.embed(inputs, training=training)
         return {"mlm": self.generator(embedded, inputs["padding_mask"],
                                       inputs["mask_positions"], training=training)}
@@ -143,10 +143,7 @@ class ElectraPretrainer(keras.Model):
 
     def discriminate(self, inputs, training=False):
         """D's replaced-token logits [batch, seq_len] (sigmoid > 0.5 = "replaced")."""
-        missing = [name for name in ELECTRA_BACKBONE_INPUTS if name not in inputs]
-        if missing:
-            raise ValueError(f"discriminate() inputs lack {missing}; it takes "
-                             f"{list(ELECTRA_BACKBONE_INPUTS)}")
+        require_inputs("discriminate()", inputs, ELECTRA_BACKBONE_INPUTS)
         inputs = {name: ops.convert_to_tensor(inputs[name], "int32")
                   for name in ELECTRA_BACKBONE_INPUTS}
         encoded = self.backbone(inputs, training=training)["sequence_output"]
@@ -205,18 +202,10 @@ class ElectraPretrainer(keras.Model):
         mlm_logits = ops.cast(y_pred["mlm"] if isinstance(y_pred, dict) else y_pred,
                               "float32")
         mlm_labels = y["mlm"]
-        if isinstance(sample_weight, dict):
-            sample_weight = sample_weight.get("mlm")
-        if sample_weight is None:
-            mlm_weights = ops.ones(ops.shape(mlm_labels), dtype="float32")
-        else:
-            mlm_weights = ops.cast(sample_weight, "float32")
+        mlm_weights = masked_lm_weights(sample_weight, ops.shape(mlm_labels))
 
         # Generator: masked-LM likelihood over the real predictions.
-        mlm_nll = keras.losses.sparse_categorical_crossentropy(
-            mlm_labels, mlm_logits, from_logits=True)
-        global_predictions = sum_over_replicas(ops.sum(mlm_weights))
-        mlm_loss = ops.sum(mlm_weights * mlm_nll) / (global_predictions + 1e-5)
+        mlm_loss = masked_lm_loss(mlm_labels, mlm_logits, mlm_weights)
 
         # Discriminator: per-token replaced / original on the corrupted sequence.
         corruption = self.corrupt(x, mlm_labels, mlm_weights, mlm_logits)
@@ -246,32 +235,18 @@ class ElectraPretrainer(keras.Model):
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         losses = self.compute_losses(x, y, y_pred, sample_weight, training=training)
-        self.mlm_loss_tracker.update_state(
-            sum_over_replicas(ops.stop_gradient(losses["mlm_loss"])))
-        self.rtd_loss_tracker.update_state(
-            sum_over_replicas(ops.stop_gradient(losses["rtd_loss"])))
+        track_loss(self.mlm_loss_tracker, losses["mlm_loss"])
+        track_loss(self.rtd_loss_tracker, losses["rtd_loss"])
         self.rtd_accuracy_tracker.update_state(ops.stop_gradient(losses["rtd_accuracy"]))
         self.replaced_fraction_tracker.update_state(
             ops.stop_gradient(losses["replaced_fraction"]))
-        loss = losses["loss"]
-        if self.losses:  # regularisers, if a caller adds any: averaged like Keras does
-            regularization = ops.cast(ops.sum(self.losses), "float32")
-            loss = loss + regularization / tf.distribute.get_strategy().num_replicas_in_sync
-        return loss
+        return with_regularization(self, losses["loss"])
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
+        config = super().get_config()
+        config.update({
             "generator_size": self.generator_size,
             "rtd_weight": self.rtd_weight,
             "sampling_seed": self.sampling_seed,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)
+        })
+        return config

@@ -5,21 +5,14 @@ import keras_nlp
 import tensorflow as tf
 from keras import ops
 
+from lmfactory.models.task_losses import sum_over_replicas, with_regularization
+from lmfactory.models.task_model import BackboneTask
+
 CAUSAL_LM_INPUTS = ("token_ids", "padding_mask")
 
 
-def _sum_over_replicas(value):
-    """`value` summed over the replicas of a `tf.distribute` strategy (itself outside one),
-    so the loss is each replica's share of the global batch's mean and the summed
-    gradients equal those of one device."""
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return value
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
-
-
 @keras.saving.register_keras_serializable(package="lmfactory")
-class GPT2CausalLM(keras.Model):
+class GPT2CausalLM(BackboneTask, keras.Model):
     """A `GPT2Backbone` with the tied output layer, trained on next-token prediction.
 
     §2: language modelling is estimating p(x) = prod_i p(s_i | s_1, ..., s_{i-1}); the
@@ -74,12 +67,9 @@ class GPT2CausalLM(keras.Model):
         else:
             weights = ops.cast(sample_weight, "float32")
         # max(., 1e-9): a batch that is all padding contributes 0 instead of NaN.
-        loss = ops.sum(weights * nll) / ops.maximum(_sum_over_replicas(ops.sum(weights)), 1e-9)
+        loss = ops.sum(weights * nll) / ops.maximum(sum_over_replicas(ops.sum(weights)), 1e-9)
         self.nll_tracker.update_state(nll, sample_weight=weights)
-        if self.losses:  # regularisers, if a caller adds any: averaged like Keras does
-            regularization = ops.cast(ops.sum(self.losses), "float32")
-            loss = loss + regularization / tf.distribute.get_strategy().num_replicas_in_sync
-        return loss
+        return with_regularization(self, loss)
 
     def call_with_cache(self, token_ids, cache, cache_update_index):
         """One cached decoding step: (logits [B, n, V], hidden [B, n, H], cache)."""
@@ -217,17 +207,3 @@ class GPT2CausalLM(keras.Model):
             output_mask = ops.equal(ends_before, 0)
         token_ids = ops.where(output_mask, token_ids, pad_token_id)
         return {"token_ids": token_ids, "padding_mask": output_mask}
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)

@@ -5,6 +5,9 @@ import keras
 import keras_nlp
 from keras import ops
 
+from lmfactory.models.encoder_utils import (add_embeddings_normalization, encoder_states,
+                                            model_inputs, normalize_embeddings,
+                                            post_ln_encoder_blocks)
 from lmfactory.models.roberta.roberta_position_embedding import RobertaPositionEmbedding
 
 # fairseq's dictionary puts <s>=0, <pad>=1, </s>=2, <unk>=3; position ids start past <pad>.
@@ -15,22 +18,6 @@ ROBERTA_BACKBONE_INPUTS = ("token_ids", "padding_mask")
 def roberta_kernel_initializer(stddev=0.02):
     """Truncated normal, stddev 0.02: BERT's initialisation, which RoBERTa keeps (§2.1)."""
     return keras.initializers.TruncatedNormal(stddev=stddev)
-
-
-def model_inputs(model, inputs):
-    """The entries of the dict ``inputs`` that the functional ``model`` takes.
-
-    A Keras functional model matches a dict of inputs to its own inputs by flattening both
-    in sorted-key order, so an extra entry (the all-zero ``segment_ids`` that the ``mlm``
-    pretraining records and the sentence-pair packer carry, CONTRACTS §3) would shift the
-    tensors onto the wrong inputs. RoBERTa's models drop such entries first."""
-    if not isinstance(inputs, dict):
-        return inputs
-    missing = sorted(set(model.input) - set(inputs))
-    if missing:
-        raise ValueError(f"{type(model).__name__} needs inputs {sorted(model.input)}; "
-                         f"missing {missing} (got {sorted(inputs)})")
-    return {name: inputs[name] for name in model.input}
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -107,27 +94,18 @@ class RobertaBackbone(keras.Model):
             dtype=dtype,
             name="position_embedding",
         )
-        self.embeddings_add = keras.layers.Add(dtype=dtype, name="embeddings_add")
-        self.embeddings_layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=dtype, name="embeddings_layer_norm"
+        add_embeddings_normalization(self, layer_norm_epsilon=layer_norm_epsilon,
+                                     dropout=dropout, dtype=dtype)
+        # Post-LN blocks with exact GELU, as BERT.
+        self.transformer_layers = post_ln_encoder_blocks(
+            num_layers,
+            num_heads=num_heads,
+            intermediate_dim=intermediate_dim,
+            dropout=dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
+            kernel_initializer=roberta_kernel_initializer,
+            dtype=dtype,
         )
-        self.embeddings_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embeddings_dropout"
-        )
-        self.transformer_layers = [
-            keras_nlp.layers.TransformerEncoder(
-                intermediate_dim=intermediate_dim,
-                num_heads=num_heads,
-                dropout=dropout,
-                activation="gelu",  # keras' "gelu" is the exact erf form
-                layer_norm_epsilon=layer_norm_epsilon,
-                kernel_initializer=roberta_kernel_initializer(),
-                normalize_first=False,  # post-LN, as BERT
-                dtype=dtype,
-                name=f"transformer_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
 
         # === Functional model ===
         token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
@@ -155,11 +133,9 @@ class RobertaBackbone(keras.Model):
         self.layer_norm_epsilon = layer_norm_epsilon
 
     def _embed(self, token_ids, padding_mask, training=None):
-        x = self.embeddings_add(
-            [self.token_embedding(token_ids), self.position_embedding(padding_mask)]
-        )
-        x = self.embeddings_layer_norm(x)
-        return self.embeddings_dropout(x, training=training)
+        return normalize_embeddings(
+            self, [self.token_embedding(token_ids), self.position_embedding(padding_mask)],
+            training=training)
 
     def call(self, inputs, training=None, mask=None):
         return super().call(model_inputs(self, inputs), training=training, mask=mask)
@@ -176,14 +152,7 @@ class RobertaBackbone(keras.Model):
         token_ids = ops.convert_to_tensor(inputs["token_ids"], "int32")
         padding_mask = ops.convert_to_tensor(inputs["padding_mask"], "int32")
         x = self._embed(token_ids, padding_mask, training=training)
-        hidden_states, attention_scores = [x], []
-        for block in self.transformer_layers:
-            x, scores = block(x, padding_mask=padding_mask, training=training,
-                              return_attention_scores=True)
-            hidden_states.append(x)
-            attention_scores.append(scores)
-        return {"sequence_output": x, "hidden_states": hidden_states,
-                "attention_scores": attention_scores}
+        return encoder_states(self.transformer_layers, x, padding_mask, training=training)
 
     def get_config(self):
         return {

@@ -2,12 +2,14 @@
 
 import keras
 
-from lmfactory.models.roberta.roberta_backbone import (ROBERTA_BACKBONE_INPUTS, model_inputs,
+from lmfactory.models.encoder_utils import model_inputs
+from lmfactory.models.roberta.roberta_backbone import (ROBERTA_BACKBONE_INPUTS,
                                                        roberta_kernel_initializer)
+from lmfactory.models.task_model import BackboneTask
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
-class RobertaClassifier(keras.Model):
+class RobertaClassifier(BackboneTask, keras.Model):
     """A `RobertaBackbone` with the RoBERTa classification head on the first token `<s>`.
 
     RoBERTa has no NSP pooler (§4.2), so the head brings its own: the final hidden vector of
@@ -70,17 +72,6 @@ class RobertaClassifier(keras.Model):
         return super().call(model_inputs(self, inputs), training=training, mask=mask)
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-            "num_classes": self.num_classes,
-            "dropout": self.dropout,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)
+        config = super().get_config()
+        config.update({"num_classes": self.num_classes, "dropout": self.dropout})
+        return config

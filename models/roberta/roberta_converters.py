@@ -72,39 +72,19 @@ def load_backbone_weights(backbone: RobertaBackbone, read: hf_utils.WeightReader
     # embedding-LayerNorm input for every token, and the backbone needs no type table.
     positions = read("embeddings.position_embeddings.weight")
     token_type = read("embeddings.token_type_embeddings.weight")
-    _assign_table(backbone.position_embedding.position_embeddings,
-                  positions + token_type[0][None, :], "position embeddings")
+    hf_utils.assign(backbone.position_embedding.position_embeddings,
+                    positions + token_type[0][None, :], "position embeddings")
     hf_utils.set_layer_norm(backbone.embeddings_layer_norm,
                             *hf_utils.layer_norm(read, "embeddings.LayerNorm"))
     for i, block in enumerate(backbone.transformer_layers):
-        layer = f"encoder.layer.{i}"
-        hf_utils.set_transformer_encoder(
-            block,
-            query=hf_utils.linear(read, f"{layer}.attention.self.query"),
-            key=hf_utils.linear(read, f"{layer}.attention.self.key"),
-            value=hf_utils.linear(read, f"{layer}.attention.self.value"),
-            attention_output=hf_utils.linear(read, f"{layer}.attention.output.dense"),
-            attention_layer_norm=hf_utils.layer_norm(read, f"{layer}.attention.output.LayerNorm"),
-            intermediate=hf_utils.linear(read, f"{layer}.intermediate.dense"),
-            output=hf_utils.linear(read, f"{layer}.output.dense"),
-            output_layer_norm=hf_utils.layer_norm(read, f"{layer}.output.LayerNorm"),
-        )
-
-
-def _assign_table(variable, value: np.ndarray, what: str) -> None:
-    if tuple(variable.shape) != tuple(value.shape):
-        raise ValueError(f"Shape mismatch for {what} ({variable.path}): the model has "
-                         f"{tuple(variable.shape)}, the checkpoint {tuple(value.shape)}")
-    variable.assign(value)
+        hf_utils.set_bert_layer(block, read, f"encoder.layer.{i}")
 
 
 def load_masked_lm_head_weights(pretrainer: RobertaPretrainer,
                                 read: hf_utils.WeightReader) -> None:
     """Copies the reference ``lm_head`` (``RobertaLMHead``) into ``pretrainer``'s head."""
-    head = pretrainer.masked_lm_head
-    hf_utils.set_dense(head._intermediate_dense, *hf_utils.linear(read, "lm_head.dense"))
-    hf_utils.set_layer_norm(head._intermediate_layer_norm,
-                            *hf_utils.layer_norm(read, "lm_head.layer_norm"))
+    dense = hf_utils.linear(read, "lm_head.dense")
+    layer_norm = hf_utils.layer_norm(read, "lm_head.layer_norm")
     # The output bias is `lm_head.bias` (tied to `lm_head.decoder.bias` in the reference;
     # some checkpoints store only the latter).
     biases = [read(name) for name in ("lm_head.bias", "lm_head.decoder.bias")
@@ -115,7 +95,8 @@ def load_masked_lm_head_weights(pretrainer: RobertaPretrainer,
     if len(biases) == 2 and not np.array_equal(*biases):
         raise ValueError("lm_head.bias and lm_head.decoder.bias differ; the reference ties "
                          "them")
-    _assign_table(head._bias, biases[0], "masked-LM output bias")
+    hf_utils.set_masked_lm_head(pretrainer.masked_lm_head, dense=dense, layer_norm=layer_norm,
+                                bias=biases[0])
     # The output projection is the token embedding (tied); a checkpoint that stores it
     # must store the same matrix.
     if read.has("lm_head.decoder.weight"):

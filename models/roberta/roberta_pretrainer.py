@@ -2,18 +2,17 @@
 
 import keras
 import keras_nlp
-import tensorflow as tf
-from keras import ops
 
-from lmfactory.models.bert.bert_pretrainer import sum_over_replicas
-from lmfactory.models.roberta.roberta_backbone import (model_inputs,
-                                                       roberta_kernel_initializer)
+from lmfactory.models.encoder_utils import model_inputs
+from lmfactory.models.roberta.roberta_backbone import roberta_kernel_initializer
+from lmfactory.models.task_losses import masked_lm_objective, with_regularization
+from lmfactory.models.task_model import BackboneTask
 
 ROBERTA_PRETRAINER_INPUTS = ("token_ids", "padding_mask", "mask_positions")
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
-class RobertaPretrainer(keras.Model):
+class RobertaPretrainer(BackboneTask, keras.Model):
     """A `RobertaBackbone` with the masked-LM head, trained on the `mlm` objective.
 
     §4.2: RoBERTa drops BERT's next-sentence prediction and trains on FULL-SENTENCES inputs
@@ -29,7 +28,7 @@ class RobertaPretrainer(keras.Model):
     The loss is the mean masked-LM negative log-likelihood over real predictions, weighted
     by the prediction weights (padding predictions carry weight 0):
     `sum(w * nll) / (sum(w) + 1e-5)`, the sums running over the global batch under a
-    `tf.distribute` strategy (see `bert_pretrainer.sum_over_replicas`). `compute_loss`
+    `tf.distribute` strategy (see `models/task_losses.py`). `compute_loss`
     implements it, so the model trains with `compile(optimizer=...)` and no `loss`.
 
     Inputs (dict, int32): `token_ids`, `padding_mask` [batch, seq_len], `mask_positions`
@@ -77,41 +76,7 @@ class RobertaPretrainer(keras.Model):
         return super().call(model_inputs(self, inputs), training=training, mask=mask)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        mlm_logits = ops.cast(y_pred["mlm"] if isinstance(y_pred, dict) else y_pred,
-                              "float32")
-        mlm_labels = y["mlm"] if isinstance(y, dict) else y
-        if isinstance(sample_weight, dict):
-            sample_weight = sample_weight.get("mlm")
-        if sample_weight is None:
-            mlm_weights = ops.ones(ops.shape(mlm_labels), dtype="float32")
-        else:
-            mlm_weights = ops.cast(sample_weight, "float32")
-
-        mlm_nll = keras.losses.sparse_categorical_crossentropy(
-            mlm_labels, mlm_logits, from_logits=True
-        )
-        loss = ops.sum(mlm_weights * mlm_nll) / (
-            sum_over_replicas(ops.sum(mlm_weights)) + 1e-5
-        )
-
-        self.mlm_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(loss)))
-        self.mlm_accuracy.update_state(mlm_labels, mlm_logits, sample_weight=mlm_weights)
-
-        if self.losses:  # regularisers, if a caller adds any: averaged like Keras does
-            regularization = ops.cast(ops.sum(self.losses), "float32")
-            loss = loss + regularization / tf.distribute.get_strategy().num_replicas_in_sync
-        return loss
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)
+        loss = masked_lm_objective(y["mlm"] if isinstance(y, dict) else y,
+                                   y_pred["mlm"] if isinstance(y_pred, dict) else y_pred,
+                                   sample_weight, self.mlm_loss_tracker, self.mlm_accuracy)
+        return with_regularization(self, loss)

@@ -33,12 +33,14 @@ from __future__ import annotations
 import math
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 from lmfactory.models.bert.bert_classifier import BERT_CLASSIFIER_INPUTS, BertClassifier
-from lmfactory.models.bert.bert_pretrainer import sum_over_replicas
+from lmfactory.models.encoder_utils import model_inputs, require_inputs
+from lmfactory.models.task_losses import (batch_mean, sum_over_replicas, track_loss,
+                                          with_regularization)
+from lmfactory.models.task_model import BackboneTask
 
 
 # --------------------------------------------------------------------------- helpers
@@ -97,21 +99,6 @@ def attention_logits(block, hidden_state):
     return ops.einsum("btnd,bsnd->bnts", query, key) * ops.cast(scale, query.dtype)
 
 
-def _inputs_for(backbone, inputs):
-    """The entries of ``inputs`` that ``backbone`` (a functional model) takes; missing
-    `segment_ids` are zeros (single-segment batches)."""
-    selected = {}
-    for name in backbone.input:
-        if name in inputs:
-            selected[name] = inputs[name]
-        elif name == "segment_ids":
-            selected[name] = ops.zeros_like(inputs["token_ids"])
-        else:
-            raise ValueError(f"{type(backbone).__name__} needs input {name!r}, absent from "
-                             f"the batch ({sorted(inputs)})")
-    return selected
-
-
 def _backbone_dims(backbone) -> tuple:
     """(layers, hidden size, heads) of a keras-nlp-block encoder backbone."""
     blocks = list(getattr(backbone, "transformer_layers", []))
@@ -126,12 +113,13 @@ def _backbone_dims(backbone) -> tuple:
 # --------------------------------------------------------------------------- base
 
 
-class TinyBertDistillation(keras.Model):
+class TinyBertDistillation(BackboneTask, keras.Model):
     """What TinyBERT's two distillers share: the frozen teacher, the layer mapping g, the
     projections W_e and W_h, and the embedding / hidden-state / attention losses (module
     docstring). Not registered as a task itself; see the two subclasses."""
 
     needs_teacher = True
+    serialized_models = ("backbone", "teacher")
 
     def __init__(self, backbone, teacher, layer_mapping="uniform", **kwargs):
         super().__init__(**kwargs)
@@ -227,44 +215,16 @@ class TinyBertDistillation(keras.Model):
         attention = ops.sum(
             pairs * squared(y_pred["attention_logits"], y_pred["teacher_attention_logits"])
         ) / (num_pairs * heads)
-        self.embedding_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(embedding)))
-        self.hidden_loss_tracker.update_state(sum_over_replicas(ops.stop_gradient(hidden)))
-        self.attention_loss_tracker.update_state(
-            sum_over_replicas(ops.stop_gradient(attention)))
+        track_loss(self.embedding_loss_tracker, embedding)
+        track_loss(self.hidden_loss_tracker, hidden)
+        track_loss(self.attention_loss_tracker, attention)
         return {"embedding": embedding, "hidden": hidden, "attention": attention}
 
-    def _check_inputs(self, inputs, required):
-        if not isinstance(inputs, dict):
-            raise TypeError(f"{type(self).__name__} takes a dict of tensors, got "
-                            f"{type(inputs).__name__}")
-        missing = [name for name in required if name not in inputs]
-        if missing:
-            raise ValueError(f"{type(self).__name__} inputs lack {missing}; got "
-                             f"{sorted(inputs)}")
-
-    def _regularization(self):
-        if not self.losses:  # regularisers, if a caller adds any: averaged like Keras does
-            return 0.0
-        return (ops.cast(ops.sum(self.losses), "float32")
-                / tf.distribute.get_strategy().num_replicas_in_sync)
-
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
-            "teacher": keras.layers.serialize(self.teacher),
-            "layer_mapping": (self.layer_mapping if isinstance(self.layer_mapping, str)
-                              else [int(g) for g in self.layer_mapping]),
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        for key in ("backbone", "teacher"):
-            if isinstance(config.get(key), dict):
-                config[key] = keras.layers.deserialize(config[key])
-        return cls(**config)
+        config = super().get_config()
+        config["layer_mapping"] = (self.layer_mapping if isinstance(self.layer_mapping, str)
+                                   else [int(g) for g in self.layer_mapping])
+        return config
 
 
 # --------------------------------------------------------------------------- general
@@ -296,19 +256,19 @@ class TinyBertGeneralDistiller(TinyBertDistillation):
         self.built = True
 
     def call(self, inputs, training=None):
-        self._check_inputs(inputs, ("token_ids", "padding_mask"))
-        student_states = self.backbone.call_with_states(_inputs_for(self.backbone, inputs),
+        require_inputs(type(self).__name__, inputs, ("token_ids", "padding_mask"))
+        student_states = self.backbone.call_with_states(model_inputs(self.backbone, inputs),
                                                         training=training)
         teacher_states = self.teacher.backbone.call_with_states(
-            _inputs_for(self.teacher.backbone, inputs), training=False)
+            model_inputs(self.teacher.backbone, inputs), training=False)
         return self.intermediate_outputs(student_states, teacher_states)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if y_pred is None:
             y_pred = self(x, training=training)
         losses = self.intermediate_losses(x["padding_mask"], y_pred)
-        return (losses["embedding"] + losses["hidden"] + losses["attention"]
-                + self._regularization())
+        return with_regularization(
+            self, losses["embedding"] + losses["hidden"] + losses["attention"])
 
 
 # --------------------------------------------------------------------------- task-specific
@@ -376,7 +336,7 @@ class TinyBertTaskDistiller(TinyBertDistillation):
         self.built = True
 
     def call(self, inputs, training=None):
-        self._check_inputs(inputs, BERT_CLASSIFIER_INPUTS)
+        require_inputs(type(self).__name__, inputs, BERT_CLASSIFIER_INPUTS)
         student_states = self.backbone.call_with_states(
             {name: inputs[name] for name in BERT_CLASSIFIER_INPUTS}, training=training)
         # The classifier's own head on the same forward pass (same weights as
@@ -384,7 +344,7 @@ class TinyBertTaskDistiller(TinyBertDistillation):
         logits = self.classifier.output_dense(self.classifier.output_dropout(
             student_states["pooled_output"], training=training))
         teacher_states = self.teacher.backbone.call_with_states(
-            _inputs_for(self.teacher.backbone, inputs), training=False)
+            model_inputs(self.teacher.backbone, inputs), training=False)
         teacher_logits = self.teacher(
             {name: inputs[name] for name in self.teacher.input}, training=False)
         outputs = self.intermediate_outputs(student_states, teacher_states)
@@ -397,23 +357,20 @@ class TinyBertTaskDistiller(TinyBertDistillation):
         t = self.temperature
         student_log_probs = ops.log_softmax(ops.cast(y_pred["logits"], "float32") / t, -1)
         teacher_probs = ops.softmax(ops.cast(y_pred["teacher_logits"], "float32") / t, -1)
-        per_example = -ops.sum(teacher_probs * student_log_probs, axis=-1)
-        batch = sum_over_replicas(ops.cast(ops.shape(per_example)[0], "float32"))
-        return ops.sum(per_example) / batch
+        return batch_mean(-ops.sum(teacher_probs * student_log_probs, axis=-1))
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if y_pred is None:
             y_pred = self(x, training=training)
         losses = self.intermediate_losses(x["padding_mask"], y_pred)
         prediction = self.prediction_loss(y_pred)
-        self.prediction_loss_tracker.update_state(
-            sum_over_replicas(ops.stop_gradient(prediction)))
+        track_loss(self.prediction_loss_tracker, prediction)
         if y is not None:
             self.accuracy.update_state(ops.reshape(y, (-1,)),
                                        ops.cast(y_pred["logits"], "float32"))
         intermediate = losses["embedding"] + losses["hidden"] + losses["attention"]
-        return (self.intermediate_weight * intermediate + self.prediction_weight * prediction
-                + self._regularization())
+        return with_regularization(
+            self, self.intermediate_weight * intermediate + self.prediction_weight * prediction)
 
     def get_config(self):
         config = super().get_config()

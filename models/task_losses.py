@@ -1,0 +1,119 @@
+"""Loss and metric pieces shared by the task models' `compute_loss`.
+
+Every task model computes its whole loss itself (it compiles with an optimizer and no
+`loss`). Under a `tf.distribute` strategy each replica returns its share of the GLOBAL
+batch's loss: sums run over the replica's examples and are divided by counts summed over
+all replicas (`sum_over_replicas`), so the gradients summed across replicas are exactly
+those of one device seeing the whole batch, even when replicas hold different numbers of
+real predictions. Outside a strategy (or with one replica) every helper is the plain mean.
+
+* `masked_lm_loss`: BERT's masked-LM loss (Devlin et al. 2019 Appendix A.2, the released
+  `get_masked_lm_output`): the mean negative log-likelihood over the real predictions,
+  weighted by `masked_lm_weights` (padding predictions carry weight 0),
+  ``sum(w * nll) / (sum(w) + 1e-5)``.
+* `sentence_loss`: the mean negative log-likelihood of a sentence-level classifier (BERT's
+  next-sentence prediction, ALBERT's sentence-order prediction).
+* `masked_lm_objective` / `sentence_objective`: the same plus their metrics.
+* `track_loss`: a loss metric records the global value, not a replica's share.
+* `with_regularization`: adds the losses that layers register (`model.losses`,
+  e.g. kernel regularisers a caller adds), averaged over replicas the way Keras's own
+  `compute_loss` does.
+"""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+
+def sum_over_replicas(value):
+    """`value` summed over the replicas of a `tf.distribute` strategy (itself outside one).
+
+    Losses divide by global counts, so each replica returns its share of the global
+    batch's loss; the gradients summed across replicas are then exactly those of one
+    device seeing the whole batch, even when replicas hold different numbers of real
+    masked-LM predictions."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return value
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+
+def weighted_mean(values, weights, epsilon=1e-5):
+    """``sum(w * v) / (sum(w) + epsilon)``, the denominator summed over the global batch
+    (this replica's share of the global weighted mean)."""
+    return ops.sum(weights * values) / (sum_over_replicas(ops.sum(weights)) + epsilon)
+
+
+def batch_mean(values):
+    """The mean of per-example ``values`` [B] over the global batch (this replica's share)."""
+    return ops.sum(values) / sum_over_replicas(ops.cast(ops.shape(values)[0], "float32"))
+
+
+def masked_lm_weights(sample_weight, shape):
+    """The float32 weights of the masked-LM predictions: ``sample_weight["mlm"]`` (or the
+    tensor itself; CONTRACTS §3 gives them as ``{"mlm": [B, P]}``), ones of ``shape`` when
+    there are none."""
+    if isinstance(sample_weight, dict):
+        sample_weight = sample_weight.get("mlm")
+    if sample_weight is None:
+        return ops.ones(shape, dtype="float32")
+    return ops.cast(sample_weight, "float32")
+
+
+def masked_lm_loss(labels, logits, weights):
+    """Mean masked-LM negative log-likelihood over the real predictions:
+    ``sum(w * nll) / (sum(w) + 1e-5)``. ``labels`` [B, P] ids, ``logits`` [B, P, V]
+    (float32), ``weights`` [B, P] (0 for padding predictions)."""
+    nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    return weighted_mean(nll, weights)
+
+
+def sentence_loss(labels, logits):
+    """Mean negative log-likelihood of a sentence-level classifier: ``labels`` [B],
+    ``logits`` [B, classes] (float32)."""
+    nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    return batch_mean(nll)
+
+
+def track_loss(tracker, loss):
+    """Records a replica's share of a loss in the `keras.metrics.Mean` ``tracker`` as the
+    global value (the shares summed over replicas), without a gradient."""
+    tracker.update_state(sum_over_replicas(ops.stop_gradient(loss)))
+
+
+def masked_lm_objective(labels, logits, sample_weight, loss_tracker, accuracy):
+    """`masked_lm_loss` of the masked-LM ``logits`` [B, P, V] against ``labels`` [B, P],
+    weighted by `masked_lm_weights(sample_weight)`; updates ``loss_tracker`` (`track_loss`)
+    and the weighted ``accuracy`` metric. Returns the loss (this replica's share)."""
+    logits = ops.cast(logits, "float32")
+    weights = masked_lm_weights(sample_weight, ops.shape(labels))
+    loss = masked_lm_loss(labels, logits, weights)
+    track_loss(loss_tracker, loss)
+    accuracy.update_state(labels, logits, sample_weight=weights)
+    return loss
+
+
+def sentence_objective(labels, logits, loss_tracker, accuracy):
+    """`sentence_loss` of the sentence-level ``logits`` [B, classes] against ``labels``
+    ([B] or [B, 1]); updates ``loss_tracker`` (`track_loss`) and ``accuracy``. Returns the
+    loss (this replica's share)."""
+    logits = ops.cast(logits, "float32")
+    labels = ops.reshape(labels, (-1,))
+    loss = sentence_loss(labels, logits)
+    track_loss(loss_tracker, loss)
+    accuracy.update_state(labels, logits)
+    return loss
+
+
+def with_regularization(model, loss):
+    """``loss`` plus the losses ``model``'s layers register (``model.losses``, e.g.
+    regularisers a caller adds), divided by the number of replicas as Keras does."""
+    if model.losses:
+        regularization = ops.cast(ops.sum(model.losses), "float32")
+        loss = loss + regularization / tf.distribute.get_strategy().num_replicas_in_sync
+    return loss
+
+
+__all__ = ["batch_mean", "masked_lm_loss", "masked_lm_objective", "masked_lm_weights",
+           "sentence_loss", "sentence_objective", "sum_over_replicas", "track_loss",
+           "weighted_mean", "with_regularization"]
