@@ -22,6 +22,8 @@ from lmfactory.models.registry import Architecture, get, names, register
 # Each import registers its architecture.
 from lmfactory.models import bert  # noqa: E402,F401  isort:skip
 from lmfactory.models import gpt2  # noqa: E402,F401  isort:skip
+from lmfactory.models import gpt1  # noqa: E402,F401  isort:skip
+from lmfactory.models import gpt3  # noqa: E402,F401  isort:skip
 from lmfactory.models import roberta  # noqa: E402,F401  isort:skip
 from lmfactory.models import albert  # noqa: E402,F401  isort:skip
 from lmfactory.models import electra  # noqa: E402,F401  isort:skip

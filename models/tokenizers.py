@@ -45,7 +45,9 @@ _DEFAULT_FILES = {"wordpiece": {"vocabulary_file": "vocab.txt"},
                   "bpe": {"vocabulary_file": "vocab.json", "merges_file": "merges.txt"},
                   "sentencepiece": {"model_file": "spm.model"}}
 # Token roles a vocabulary may reserve (see models/registry.py `Architecture.special_tokens`).
-SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask", "end_of_text")
+# start / delimiter / extract: GPT-1's fine-tuning tokens (Radford et al. 2018 §3.3).
+SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask", "end_of_text", "start", "delimiter",
+                 "extract")
 
 
 def read_tokenizer_config(vocab_dir: str) -> dict:
@@ -469,6 +471,12 @@ def _copy(source: str, target: str) -> None:
     tf.io.gfile.copy(source, target, overwrite=True)
 
 
+def _merges_mark_word_ends(hf_dir: str) -> bool:
+    """Whether merges.txt uses GPT-1's ``</w>`` end-of-word markers."""
+    with tf.io.gfile.GFile(os.path.join(hf_dir, "merges.txt")) as f:
+        return any("</w>" in line for _, line in zip(range(2000), f))
+
+
 def import_huggingface_tokenizer(hf_dir: str, out_dir: str) -> dict:
     """Writes a vocabulary folder (CONTRACTS §2) from a Hugging Face tokenizer folder.
 
@@ -516,6 +524,9 @@ def import_huggingface_tokenizer(hf_dir: str, out_dir: str) -> dict:
                   "strip_accents": not tokenizer_config.get("keep_accents", accents_default),
                   "special_tokens": specials}
     elif has("vocab.json") and has("merges.txt"):
+        if tokenizer_class == "OpenAIGPTTokenizer" or _merges_mark_word_ends(hf_dir):
+            raise ValueError(f"{hf_dir}: OpenAI GPT (GPT-1) BPE with '</w>' word ends is not "
+                             f"byte-level BPE; importing it is not supported yet")
         if tokenizer_config.get("add_prefix_space"):
             raise ValueError(f"{hf_dir}: add_prefix_space=true is not supported by "
                              f"keras-nlp's BytePairTokenizer")

@@ -546,10 +546,11 @@ def test_checkpoint_round_trip(name, bert, gpt2, tmp_path):
 
 def test_load_checkpoint_rejects_formats_without_a_converter(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(
-        {"model_type": "gpt2", "n_embd": 768, "n_layer": 12}))
+        {"model_type": "bert", "hidden_size": 312, "num_hidden_layers": 4}))
     assert models.checkpoint_format(tmp_path) == "huggingface"
-    with pytest.raises(ValueError, match="'gpt2' has no converter for 'huggingface'"):
-        models.load_checkpoint("gpt2", tmp_path)
+    # TinyBERT's published students are plain BERT checkpoints: load them as "bert".
+    with pytest.raises(ValueError, match="'tinybert' has no converter for 'huggingface'"):
+        models.load_checkpoint("tinybert", tmp_path)
     with pytest.raises(FileNotFoundError, match="missing"):
         models.load_checkpoint("bert", tmp_path / "missing")
     (tmp_path / "config.json").write_text("{}")

@@ -329,3 +329,13 @@ def test_tokenizer_layers_round_trip_their_config():
     assert _as_list(restored.tokenize(text)) == _as_list(bert.tokenize(text))
     assert keras.saving.get_registered_object(
         "lmfactory>BertWordPieceTokenizer") is BertWordPieceTokenizer
+
+
+def test_gpt1_word_end_bpe_is_rejected_not_misread(tmp_path):
+    """GPT-1's BPE marks word ends with '</w>'; read as byte-level BPE it would give wrong
+    ids, so the import refuses it."""
+    import parity
+
+    folder = parity.fixture_dir("openai-gpt")
+    with pytest.raises(ValueError, match="</w>"):
+        import_huggingface_tokenizer(str(folder), str(tmp_path / "vocab"))

@@ -3,6 +3,7 @@
 from lmfactory.models import registry
 from lmfactory.models.gpt2.gpt2_backbone import GPT2Backbone
 from lmfactory.models.gpt2.gpt2_causal_lm import GPT2CausalLM
+from lmfactory.models.gpt2.gpt2_converters import from_huggingface
 from lmfactory.models.gpt2.gpt2_presets import GPT2_PRESETS
 
 ARCHITECTURE = registry.register(
@@ -16,6 +17,8 @@ ARCHITECTURE = registry.register(
         classifier_cls=None,
         causal_lm_cls=GPT2CausalLM,
         special_tokens={"end_of_text": "<|endoftext|>", "pad": "<|endoftext|>"},
+        converters={"huggingface": from_huggingface},
+        hf_model_types=("gpt2",),
         paper="Radford et al. 2019, Language Models are Unsupervised Multitask Learners "
               "(OpenAI); GPT-1: Radford et al. 2018, Improving Language Understanding by "
               "Generative Pre-Training",

@@ -1,0 +1,44 @@
+"""GPT-1 (Radford et al. 2018). Importing this package registers the "gpt1" architecture."""
+
+from lmfactory.models import registry
+from lmfactory.models.gpt1.gpt1_backbone import Gpt1Backbone
+from lmfactory.models.gpt1.gpt1_causal_lm import Gpt1CausalLM
+from lmfactory.models.gpt1.gpt1_classifier import Gpt1Classifier
+from lmfactory.models.gpt1.gpt1_converters import from_huggingface
+from lmfactory.models.gpt1.gpt1_preprocessor import GPT1_TASKS, Gpt1Preprocessor
+from lmfactory.models.gpt1.gpt1_presets import GPT1_PRESETS
+
+# §3.3: fine-tuning inputs add randomly initialised start and extract tokens and a
+# delimiter `$`; the vocabulary reserves them (roles "start", "delimiter", "extract") next
+# to GPT-2's end-of-text token, which separates documents in `causal_lm` pretraining data
+# and pads.
+SPECIAL_TOKENS = {
+    "end_of_text": "<|endoftext|>",
+    "pad": "<|endoftext|>",
+    "start": "<|start|>",
+    "delimiter": "<|delimiter|>",
+    "extract": "<|extract|>",
+}
+
+ARCHITECTURE = registry.register(
+    registry.Architecture(
+        name="gpt1",
+        family="decoder",
+        backbone_cls=Gpt1Backbone,
+        presets=GPT1_PRESETS,
+        tokenizer_kind="bpe",
+        pretrainers={"causal_lm": Gpt1CausalLM},
+        # Gpt1Classifier reads GPT-1's own packing (Gpt1Preprocessor), not the
+        # cls/sep layouts of the pipeline's ClassifierPreprocessor.
+        classifier_cls=None,
+        causal_lm_cls=Gpt1CausalLM,
+        special_tokens=SPECIAL_TOKENS,
+        converters={"huggingface": from_huggingface},
+        hf_model_types=("openai-gpt",),
+        paper="Radford et al. 2018, Improving Language Understanding by Generative "
+              "Pre-Training (OpenAI)",
+    )
+)
+
+__all__ = ["ARCHITECTURE", "GPT1_PRESETS", "GPT1_TASKS", "Gpt1Backbone", "Gpt1CausalLM",
+           "Gpt1Classifier", "Gpt1Preprocessor", "SPECIAL_TOKENS"]
