@@ -24,6 +24,7 @@ from lmfactory.models import bert  # noqa: E402,F401  isort:skip
 from lmfactory.models import gpt2  # noqa: E402,F401  isort:skip
 from lmfactory.models import gpt1  # noqa: E402,F401  isort:skip
 from lmfactory.models import gpt3  # noqa: E402,F401  isort:skip
+from lmfactory.models import charlm  # noqa: E402,F401  isort:skip
 from lmfactory.models import roberta  # noqa: E402,F401  isort:skip
 from lmfactory.models import albert  # noqa: E402,F401  isort:skip
 from lmfactory.models import electra  # noqa: E402,F401  isort:skip
