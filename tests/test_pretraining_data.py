@@ -24,6 +24,7 @@ from lmfactory.components.pretraining_data.component import PretrainingExampleGe
 from lmfactory.components.pretraining_data.executor import (
     Executor, document_key, generate_pretraining_examples, shard_of)
 from lmfactory.models.tokenizers import load_tokenizer, write_tokenizer_config
+from mask_stats import mean_mask_overlap
 
 WIKITEXT = "/work/shared/data/wikitext-2/valid.txt"
 NUM_DOCUMENTS = 300
@@ -380,8 +381,8 @@ def test_dynamic_masking(corpus, tmp_path):
     pattern = str(tmp_path / "Split-train" / "*.gz")
     dataset = features.make_dataset(pattern, config, batch_size=32, shuffle=False, repeat=False)
     passes = [list(dataset.as_numpy_iterator()) for _ in range(2)]
-    first, second = (np.concatenate([x["mask_positions"] for x, _, _ in p]) for p in passes)
-    assert first.shape == second.shape and (first != second).mean() > 0.5
+    # A fresh mask each pass: the selected positions of two passes barely overlap.
+    assert mean_mask_overlap(passes[0], passes[1]) < 0.35
     for batches in passes:
         assert_dynamic_rates(batches)
 

@@ -30,6 +30,7 @@ from lmfactory.models.tokenizers import load_tokenizer, write_tokenizer_config
 from test_pretraining_data import (BEAM_ARGS, CLS, MASK, PAD, SEP, as_text, gpt2_byte_symbols,
                                    read_records, unmasked_tokens, wikitext_documents,
                                    write_examples, write_wordpiece_vocab)
+from mask_stats import mean_mask_overlap
 
 NUM_DOCUMENTS = 600
 NUM_BPE_DOCUMENTS = 80
@@ -331,8 +332,8 @@ def test_mlm_dynamic_masking(corpus, tmp_path):
     dataset = features.make_dataset(str(tmp_path / "Split-train" / "*.gz"), config,
                                     batch_size=16, shuffle=False, repeat=False)
     passes = [list(dataset.as_numpy_iterator()) for _ in range(2)]
-    first, second = (np.concatenate([x["mask_positions"] for x, _, _ in p]) for p in passes)
-    assert first.shape == second.shape and (first != second).mean() > 0.5
+    # A fresh mask each pass: the selected positions of two passes barely overlap.
+    assert mean_mask_overlap(passes[0], passes[1]) < 0.35
     selected = 0
     for x, y, w in passes[0]:
         assert set(y) == {"mlm"} and (x["segment_ids"] == 0).all()
