@@ -15,3 +15,16 @@ def mean_mask_overlap(first_pass, second_pass) -> float:
             if a or b:
                 overlaps.append(len(a & b) / len(a | b))
     return float(np.mean(overlaps))
+
+
+def two_epochs(file_pattern: str, config: dict):
+    """The batches of two consecutive epochs of ONE repeated training iterator (batches of
+    one record, unshuffled, so row i of both epochs is the same record), the way `fit`
+    reads dynamic-masking data."""
+    from lmfactory.components.pretraining_data import features
+
+    read = dict(batch_size=1, shuffle=False)
+    records = sum(1 for _ in features.make_dataset(file_pattern, config, repeat=False, **read))
+    iterator = features.make_dataset(file_pattern, config, repeat=True, **read).as_numpy_iterator()
+    batches = [next(iterator) for _ in range(2 * records)]
+    return batches[:records], batches[records:]
