@@ -1,8 +1,10 @@
-"""``lmfactory`` command line: list, run, compile.
+"""``lmfactory`` command line: list, run, compile, few-shot.
 
     lmfactory list                       architectures and recipes, one name per line
     lmfactory run RECIPE [--runner local|vertex] [--set field.path=value ...]
     lmfactory compile RECIPE --pipeline-root gs://... [--output pipeline.json]
+    lmfactory few-shot --model MODEL --task sst2|commonsenseqa [--k 0,1,4,8] [--max-examples N]
+                       [--scoring mean|sum|unconditional] [--markdown out.md]
 """
 
 from __future__ import annotations
@@ -72,7 +74,84 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--image", help="vertex: container image with lmfactory")
             command.add_argument("--project", help="vertex: GCP project")
             command.add_argument("--region", default="us-central1", help="vertex: region")
+    _add_few_shot_parser(commands)
     return parser
+
+
+def _add_few_shot_parser(commands) -> None:
+    command = commands.add_parser(
+        "few-shot", help="in-context accuracy of a trained causal LM vs the number of "
+                         "demonstrations k (Brown et al. 2020)")
+    command.add_argument("--model", required=True,
+                         help="a Model artifact folder, a run folder (runs/<recipe>) or a "
+                              "pushed model of a local run")
+    command.add_argument("--task", required=True, choices=("sst2", "commonsenseqa"))
+    command.add_argument("--k", default="0,1,4,8",
+                         help="numbers of demonstrations, comma-separated (default 0,1,4,8)")
+    command.add_argument("--max-examples", type=int, default=None,
+                         help="evaluate this many dev examples, drawn with --seed (default all)")
+    command.add_argument("--scoring", choices=("mean", "sum", "unconditional"), default="mean")
+    command.add_argument("--seed", type=int, default=0)
+    command.add_argument("--markdown", help="also write the table to this Markdown file")
+    command.add_argument("--json", help="also write the result to this JSON file")
+    command.add_argument("--data-dir", help="the folder holding glue/ and commonsenseqa/ "
+                                            "(default ../shared/data beside the package)")
+    command.add_argument("--context-length", type=int, default=None,
+                         help="prompt + completion budget in tokens (default: the sequence "
+                              "length the model was trained on, else its positions)")
+    command.add_argument("--batch-size", type=int, default=16)
+    command.add_argument("--skip-malformed", action="store_true",
+                         help="skip and count malformed data lines instead of stopping")
+    command.add_argument("-v", "--verbose", action="store_true")
+
+
+def _parse_ks(text: str) -> list[int]:
+    try:
+        ks = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        ks = []
+    if not ks or min(ks) < 0:
+        raise SystemExit(f"lmfactory: --k must be comma-separated numbers >= 0, got {text!r}")
+    return ks
+
+
+def _few_shot(args) -> int:
+    import json
+
+    from lmfactory.components.evaluator import few_shot
+
+    ks = _parse_ks(args.k)
+    if args.max_examples is not None and args.max_examples < 1:
+        raise SystemExit(f"lmfactory: --max-examples must be >= 1, got {args.max_examples}")
+    try:
+        loaded = few_shot.load_causal_lm(args.model)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"lmfactory: {error}", file=sys.stderr)
+        return 2
+    positions = few_shot.model_context_length(loaded.task_model)
+    known = [n for n in (loaded.trained_length, positions) if n]
+    context_length = args.context_length or (min(known) if known else None)
+    print(f"Few-shot {args.task} with {loaded.model_config['architecture']} from "
+          f"{loaded.artifact} (context {context_length} tokens)", flush=True)
+    try:
+        result = few_shot.evaluate_few_shot(
+            loaded.task_model, loaded.tokenizer, args.task, ks=ks,
+            max_examples=args.max_examples, scoring=args.scoring, seed=args.seed,
+            data_dir=args.data_dir, skip_malformed=args.skip_malformed,
+            context_length=context_length, start_token_id=loaded.start_token_id,
+            batch_size=args.batch_size, model_name=loaded.artifact)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"lmfactory: {error}", file=sys.stderr)
+        return 2
+    table = few_shot.format_markdown(result)
+    print(table, end="")
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(table)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result.to_dict(), f, indent=2)
+    return 0
 
 
 def _list() -> int:
@@ -119,6 +198,8 @@ def main(argv=None) -> int:
     if args.command == "list":
         return _list()
     _configure_logging(args.verbose)
+    if args.command == "few-shot":
+        return _few_shot(args)
     from lmfactory.recipe import RecipeError, load_recipe
 
     try:

@@ -18,9 +18,18 @@ import yaml
 RECIPE_SUFFIX = ".yaml"
 FORMATS = ("text", "tsv", "csv", "jsonl", "tfds")
 TASKS = ("classification", "causal_lm")
-METRICS = ("accuracy", "f1", "macro_f1", "perplexity")
+METRICS = ("accuracy", "f1", "macro_f1", "perplexity", "bits_per_character")
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "default")
 RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")
+
+# AdamW settings of a training stage (components/trainer/optimization.py): BERT's Adam
+# moments and epsilon, global-norm clipping at 1.0, linear decay to zero after the warmup.
+# GPT-3 (Brown et al. 2020, Appendix B): adam_beta_2 0.95, adam_epsilon 1e-8, weight_decay
+# 0.1, learning_rate_decay cosine, final_learning_rate_fraction 0.1.
+OPTIMIZER_DEFAULTS = {"adam_beta_1": 0.9, "adam_beta_2": 0.999, "adam_epsilon": 1e-6,
+                      "clip_norm": 1.0, "learning_rate_decay": "linear",
+                      "final_learning_rate_fraction": 0.0}
+DECAYS = ("linear", "cosine")
 
 DEFAULTS = {
     "description": "",
@@ -34,9 +43,11 @@ DEFAULTS = {
                   "random_token_rate": 0.1, "seed": 12345},
     "pretraining": {"steps": 1000, "batch_size": 32, "learning_rate": 1e-4,
                     "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10,
+                    **OPTIMIZER_DEFAULTS,
                     "task_args": {}, "init_checkpoint": None, "tokenizer_dir": None},
     "finetuning": {"steps": 1000, "batch_size": 32, "learning_rate": 5e-5,
                    "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10,
+                   **OPTIMIZER_DEFAULTS, "task_args": {},
                    "sequence_length": 128, "text_features": ["sentence"], "num_classes": 2},
     "evaluation": {"threshold": None, "batch_size": 64, "max_batches": None},
     "serving": {"generation": {"max_length": 64, "sampler": "top_k", "k": 10,
@@ -218,9 +229,12 @@ def _check_teacher(check: _Checker, recipe: dict, architecture: str, objective) 
                                      f"teacher (architecture, preset, objective)")
     student_pretraining = {key: value for key, value in recipe["pretraining"].items()
                            if key not in ("task_args", "init_checkpoint", "tokenizer_dir")}
+    # The student's task_args are its own task model's (distiller) arguments.
+    student_finetuning = {key: value for key, value in recipe["finetuning"].items()
+                          if key != "task_args"}
     recipe["teacher"] = teacher = _merge(
         {"preset": "tiny", "overrides": {}, "pretraining": student_pretraining,
-         "finetuning": dict(recipe["finetuning"]), "task_distillation": False}, teacher)
+         "finetuning": student_finetuning, "task_distillation": False}, teacher)
     name = check.choice("teacher.architecture", models.names())
     if teacher["preset"] not in models.presets(name):
         raise RecipeError("teacher.preset", f"must be one of {', '.join(models.presets(name))} "
@@ -275,14 +289,21 @@ def validate(recipe: dict) -> dict:
         check.fraction(f"{stage}.learning_rate", 1e-8, 1.0)
         check.fraction(f"{stage}.warmup_fraction", 0.0, 0.99)
         check.fraction(f"{stage}.weight_decay", 0.0, 1.0)
-    if not isinstance(recipe["pretraining"].get("task_args", {}), dict):
-        raise RecipeError("pretraining.task_args", "must be a mapping of the objective's task "
-                                                   "model arguments")
+        check.fraction(f"{stage}.adam_beta_1", 0.0, 0.999999)
+        check.fraction(f"{stage}.adam_beta_2", 0.0, 0.999999)
+        check.fraction(f"{stage}.adam_epsilon", 1e-12, 1.0)
+        check.fraction(f"{stage}.clip_norm", 0.0, 1e9)
+        check.choice(f"{stage}.learning_rate_decay", DECAYS)
+        check.fraction(f"{stage}.final_learning_rate_fraction", 0.0, 1.0)
+        if not isinstance(recipe[stage].get("task_args", {}), dict):
+            raise RecipeError(f"{stage}.task_args", "must be a mapping of the task model's "
+                                                    "arguments")
     task = check.choice("finetuning.task", TASKS)
     family = models.get(architecture).family
     if task == "classification":
-        if family != "encoder":
-            raise RecipeError("finetuning.task", "classification fine-tuning needs an encoder")
+        if models.get(architecture).classifier_cls is None:
+            raise RecipeError("finetuning.task", f"{architecture} has no classifier for "
+                                                 f"classification fine-tuning")
         _check_source(check, "data.task")
         check.string_list("finetuning.text_features")
         if len(recipe["finetuning"]["text_features"]) > 2:

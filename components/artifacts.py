@@ -11,7 +11,8 @@ from tfx.types import standard_artifacts  # noqa: F401  (re-exported for conveni
 class Vocabulary(artifact.Artifact):
     """A learned sub-word vocabulary: a folder with ``tokenizer.json`` and its vocabulary files.
 
-    ``tokenizer.json`` says which kind it is (``wordpiece`` or ``bpe``) and how to build the
+    ``tokenizer.json`` says which kind it is (``wordpiece``, ``bpe``, ``sentencepiece`` or
+    ``byte``) and how to build the
     tokenizer; :func:`lmfactory.models.tokenizers.load_tokenizer` turns the folder into a
     keras-nlp tokenizer, the same object used for example generation, training and serving.
     """

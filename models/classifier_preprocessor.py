@@ -1,5 +1,9 @@
 """Raw strings -> packed model inputs for sentence (pair) classification.
 
+`classifier_preprocessor` picks the layer of an architecture: its own
+(`Architecture.classifier_preprocessor`, e.g. GPT-1's §3.3 input transformations) or the
+cls/sep packing below.
+
 BERT §3 / Fig. 2: ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` with segment ids 0 / 1.
 RoBERTa (fairseq's sentence-pair format): ``<s> A </s></s> B </s>``. Which tokens play the
 ``cls`` / ``sep`` / ``pad`` roles comes from the vocabulary folder (CONTRACTS §2), the layout
@@ -82,18 +86,32 @@ class ClassifierPreprocessor(keras.layers.Layer):
         return cls(**config)
 
 
-def classifier_preprocessor(vocab_dir: str, architecture: str,
-                            sequence_length: int) -> ClassifierPreprocessor:
-    """The preprocessor of ``architecture`` over the vocabulary folder ``vocab_dir``."""
+def classifier_preprocessor(vocab_dir: str, architecture: str, sequence_length: int,
+                            num_text_features: int = 1, task_args=None):
+    """The layer turning a tuple of ``num_text_features`` batches of raw strings into the
+    inputs of ``architecture``'s classifier, over the vocabulary folder ``vocab_dir``.
+
+    An architecture with its own input format registers a factory
+    (`Architecture.classifier_preprocessor`, called as ``fn(vocab_dir, sequence_length,
+    num_text_features, task_args)``; ``task_args`` are the classifier's arguments from the
+    recipe's ``finetuning.task_args``); the others get `ClassifierPreprocessor` with their
+    ``segment_layout``."""
     from lmfactory import models
     from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
 
+    if num_text_features not in (1, 2):
+        raise ValueError(f"A classifier reads one or two text features, got "
+                         f"{num_text_features}")
+    arch = models.get(architecture)
+    if arch.classifier_preprocessor is not None:
+        return arch.classifier_preprocessor(vocab_dir, sequence_length, num_text_features,
+                                            dict(task_args or {}))
     specials = read_tokenizer_config(vocab_dir).get("special_tokens", {})
     return ClassifierPreprocessor(
         load_tokenizer(vocab_dir), sequence_length=sequence_length,
         special_tokens={role: specials[role] for role in ("cls", "sep", "pad")
                         if role in specials} or None,
-        layout=models.get(architecture).segment_layout)
+        layout=arch.segment_layout)
 
 
 def select_inputs(model, packed: dict) -> dict:

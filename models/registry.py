@@ -13,7 +13,7 @@ import dataclasses
 from typing import Callable, Mapping, Optional
 
 FAMILIES = ("encoder", "decoder")
-TOKENIZER_KINDS = ("wordpiece", "bpe", "sentencepiece")
+TOKENIZER_KINDS = ("wordpiece", "bpe", "sentencepiece", "byte")
 # How a classifier packs one or two segments (see models/classifier_preprocessor.py):
 # "bert": [CLS] A [SEP] B [SEP]; "roberta": <s> A </s></s> B </s> (two separators between).
 SEGMENT_LAYOUTS = ("bert", "roberta")
@@ -34,7 +34,7 @@ class Architecture:
             ``"decoder"`` (left-to-right, used for generation).
         backbone_cls: the `keras.Model` subclass of the bare network.
         presets: preset name -> constructor kwargs of ``backbone_cls`` (plain dicts).
-        tokenizer_kind: ``"wordpiece"``, ``"bpe"`` or ``"sentencepiece"``
+        tokenizer_kind: ``"wordpiece"``, ``"bpe"``, ``"sentencepiece"`` or ``"byte"``
             (see ``models/tokenizers.py``).
         pretrainers: pretraining objective (CONTRACTS §3 ``objective``) -> the task model
             trained on it, constructed as ``cls(backbone, **task_args)``. A class with
@@ -44,7 +44,19 @@ class Architecture:
             a ``.backbone``); an optional classmethod ``initialize_student(student_backbone,
             teacher_backbone)`` runs first (e.g. DistilBERT's every-other-layer init).
         classifier_cls: task model for sequence classification, ``cls(backbone,
-            num_classes=K)``, or None.
+            num_classes=K, **task_args)`` (``task_args``: the recipe's
+            ``finetuning.task_args``), or None. Its output is the logits [B, K], or a dict
+            with ``logits`` [B, K] (plus whatever its own loss needs, e.g. GPT-1's
+            ``lm_logits``). A classifier that overrides ``compute_loss`` computes its whole
+            loss and metrics (it is compiled with an optimizer only); any other is trained
+            with sparse categorical cross-entropy on the logits.
+        classifier_preprocessor: ``fn(vocab_dir, sequence_length, num_text_features,
+            task_args) -> layer`` building the layer that maps a tuple of
+            ``num_text_features`` batches of raw strings [B] to the classifier's input dict
+            (run inside tf.data for fine-tuning and inside the exported SavedModel), for an
+            architecture with its own input format (GPT-1's start / delimiter / extract
+            packing); None = ``models/classifier_preprocessor.py``'s cls/sep packing in
+            ``segment_layout``.
         causal_lm_cls: task model for generation, or None.
         classifier_distiller_cls: task-specific distillation of a classifier (TinyBERT
             §3.2), ``cls(student_backbone, teacher=teacher_classifier, num_classes=K,
@@ -65,6 +77,7 @@ class Architecture:
     tokenizer_kind: str
     pretrainers: Mapping
     classifier_cls: Optional[type] = None
+    classifier_preprocessor: Optional[Callable] = None
     causal_lm_cls: Optional[type] = None
     classifier_distiller_cls: Optional[type] = None
     special_tokens: Optional[Mapping] = None

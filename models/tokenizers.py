@@ -18,6 +18,13 @@ A vocabulary folder holds ``tokenizer.json`` plus the vocabulary files it names
   "sep": "[SEP]", "mask": "[MASK]"}}`` -> :class:`AlbertSentencePieceTokenizer`, a
   ``keras_nlp.tokenizers.SentencePieceTokenizer`` that first normalises text the way
   ALBERT's tokenizer does.
+* ``{"kind": "byte", "special_tokens": {"end_of_text": "<|endoftext|>", "pad":
+  "<|endoftext|>"}}`` -> :class:`Utf8ByteTokenizer`: the 256 UTF-8 byte values are ids
+  0..255 (no vocabulary file: nothing is learned), the distinct special tokens follow from
+  id 256 (the character LM of Al-Rfou et al. 2018, ``models/charlm``).
+* ``{"kind": "bpe", ..., "word_end_suffix": "</w>"}``: GPT-1's BPE (lower-cased,
+  BERT-style pre-split words whose last symbol carries ``</w>``), read by
+  ``models/gpt1/gpt1_tokenizer.py`` :class:`Gpt1BpeTokenizer`.
 
 Example generation (Beam), training (tf.data) and the pushed SavedModel all call
 :func:`load_tokenizer`, so ids agree between pretraining data and serving.
@@ -37,13 +44,15 @@ import keras
 import keras_nlp
 import tensorflow as tf
 import tensorflow_text as tf_text
-from keras_hub.src.utils.tensor_utils import is_string_dtype, preprocessing_function
+from keras_hub.src.utils.tensor_utils import (convert_to_ragged_batch, is_string_dtype,
+                                              preprocessing_function)
 
 TOKENIZER_CONFIG = "tokenizer.json"
-KINDS = ("wordpiece", "bpe", "sentencepiece")
+KINDS = ("wordpiece", "bpe", "sentencepiece", "byte")
 _DEFAULT_FILES = {"wordpiece": {"vocabulary_file": "vocab.txt"},
                   "bpe": {"vocabulary_file": "vocab.json", "merges_file": "merges.txt"},
-                  "sentencepiece": {"model_file": "spm.model"}}
+                  "sentencepiece": {"model_file": "spm.model"},
+                  "byte": {}}
 # Token roles a vocabulary may reserve (see models/registry.py `Architecture.special_tokens`).
 # start / delimiter / extract: GPT-1's fine-tuning tokens (Radford et al. 2018 §3.3).
 SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask", "end_of_text", "start", "delimiter",
@@ -114,15 +123,30 @@ def load_tokenizer(vocab_dir: str, sequence_length: int | None = None):
             proto=proto, sequence_length=sequence_length,
             lowercase=config.get("lowercase", True),
             strip_accents=config.get("strip_accents", True))
+    if kind == "byte":
+        try:
+            return Utf8ByteTokenizer(special_tokens=specials, sequence_length=sequence_length)
+        except ValueError as error:
+            raise ValueError(f"Vocabulary folder {vocab_dir!r}: {error}") from error
     with tf.io.gfile.GFile(_file(vocab_dir, config, "vocabulary_file")) as f:
         vocabulary = json.load(f)
     merges = _read_lines(_file(vocab_dir, config, "merges_file"))
     merges = [m for m in merges if m and not m.startswith("#version")]
-    unsplittable = unique_special_tokens(specials) or ["<|endoftext|>"]
+    word_end_suffix = config.get("word_end_suffix")
+    unsplittable = unique_special_tokens(specials) or (
+        [] if word_end_suffix else ["<|endoftext|>"])
     missing = [token for token in unsplittable if token not in vocabulary]
     if missing:
         raise ValueError(f"Vocabulary folder {vocab_dir!r}: special token(s) {missing} are "
                          f"not in {config.get('vocabulary_file', 'vocab.json')}")
+    if word_end_suffix:
+        from lmfactory.models.gpt1.gpt1_tokenizer import Gpt1BpeTokenizer
+
+        return Gpt1BpeTokenizer(vocabulary=vocabulary, merges=merges,
+                                unk_token=specials.get("unk", "<unk>"),
+                                word_end_suffix=word_end_suffix,
+                                unsplittable_tokens=unsplittable,
+                                sequence_length=sequence_length)
     return keras_nlp.tokenizers.BytePairTokenizer(
         vocabulary=vocabulary,
         merges=merges,
@@ -396,6 +420,133 @@ class AlbertSentencePieceTokenizer(keras_nlp.tokenizers.SentencePieceTokenizer):
         return config
 
 
+# --- Bytes as tokens (character-level LMs) -------------------------------------------------
+BYTE_VALUES = 256
+
+
+def check_byte_special_tokens(special_tokens) -> dict:
+    """A clean role -> token copy of a byte vocabulary's special tokens, or a ValueError: a
+    special token must be a non-empty string that no single byte spells (``token_to_id``
+    maps a one-character string below U+0100 to that byte's id)."""
+    special_tokens = dict(special_tokens or {})
+    for role, token in special_tokens.items():
+        if not isinstance(token, str) or not token:
+            raise ValueError(f"byte vocabulary: special token of role {role!r} must be a "
+                             f"non-empty string, got {token!r}")
+        if len(token) == 1 and ord(token) < BYTE_VALUES:
+            raise ValueError(f"byte vocabulary: special token {token!r} (role {role!r}) is "
+                             f"the spelling of byte {ord(token)}; use a longer token such "
+                             f"as '<|endoftext|>'")
+    return special_tokens
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class Utf8ByteTokenizer(keras_nlp.tokenizers.ByteTokenizer):
+    """Text as its UTF-8 bytes (ids 0..255), plus special tokens with ids from 256.
+
+    The character Transformer LM (Al-Rfou et al. 2018, §3) models text byte by byte
+    (enwik8's "characters" are bytes). keras-nlp's ``ByteTokenizer`` does the byte
+    mapping, in the graph; its vocabulary is only the 256 bytes, so the tokens a causal-LM
+    pipeline needs besides them (``end_of_text``: the document separator of ``causal_lm``
+    examples and the start token of generation) are added here after the bytes. Text is
+    modelled exactly as written: no lowercasing, no Unicode normalisation, and special
+    tokens never come out of ``tokenize`` (a literal ``<|endoftext|>`` in text is 13 bytes);
+    they are placed by the pipeline by id.
+
+    ``detokenize`` joins the bytes and the special tokens' text and decodes the result as
+    UTF-8, replacing invalid sequences (what sampling byte by byte can produce) with U+FFFD
+    (``errors="replace"``) instead of failing. Dense output (``sequence_length``) is padded
+    with the ``pad`` role's id (0, the NUL byte, without one).
+
+    Args:
+        special_tokens: role -> token (roles as in ``SPECIAL_ROLES``); the distinct tokens
+            get ids 256, 257, ... in role order. Each role is also an attribute
+            ``<role>_token`` / ``<role>_token_id`` (keras-nlp's special-token convention).
+        sequence_length, errors, replacement_char, dtype: as in keras-nlp's
+            ``ByteTokenizer``.
+    """
+
+    def __init__(self, special_tokens=None, sequence_length=None, errors="replace",
+                 replacement_char=65533, dtype="int32", **kwargs):
+        # keras-nlp's options that would change the bytes are fixed off (see above).
+        for option, off in (("lowercase", False), ("normalization_form", None)):
+            if kwargs.pop(option, off) != off:
+                raise ValueError(f"Utf8ByteTokenizer models text as written: {option} must "
+                                 f"be {off!r}")
+        special_tokens = check_byte_special_tokens(special_tokens)
+        self._special_roles = dict(special_tokens)
+        self._reserved = tuple(unique_special_tokens(special_tokens))
+        super().__init__(lowercase=False, sequence_length=sequence_length,
+                         normalization_form=None, errors=errors,
+                         replacement_char=replacement_char, dtype=dtype, **kwargs)
+        # id -> UTF-8 text of the token: the byte itself, then the special tokens.
+        self._char_lst = tf.constant([bytes([value]) for value in range(BYTE_VALUES)]
+                                     + [token.encode("utf-8") for token in self._reserved])
+        for role, token in special_tokens.items():
+            self._add_special_token(token, f"{role}_token")
+        self._pad_id = self.token_to_id(special_tokens["pad"]) if "pad" in special_tokens \
+            else 0
+
+    def vocabulary_size(self):
+        return BYTE_VALUES + len(self._reserved)
+
+    def get_vocabulary(self):
+        """Tokens by id: byte b spelled ``chr(b)`` (keras-nlp's spelling), then the special
+        tokens."""
+        return [chr(value) for value in range(BYTE_VALUES)] + list(self._reserved)
+
+    def id_to_token(self, id):
+        if not 0 <= int(id) < self.vocabulary_size():
+            raise ValueError(f"id must lie in [0, {self.vocabulary_size()}), got {id}")
+        id = int(id)
+        return chr(id) if id < BYTE_VALUES else self._reserved[id - BYTE_VALUES]
+
+    def token_to_id(self, token):
+        if token in self._reserved:
+            return BYTE_VALUES + self._reserved.index(token)
+        if isinstance(token, str) and len(token) == 1 and ord(token) < BYTE_VALUES:
+            return ord(token)
+        raise ValueError(f"{token!r} is neither a byte (a character below U+0100) nor one "
+                         f"of the special tokens {list(self._reserved)}")
+
+    @preprocessing_function
+    def tokenize(self, inputs):
+        inputs = tf.convert_to_tensor(inputs)
+        unbatched = inputs.shape.rank == 0
+        if unbatched:
+            inputs = tf.expand_dims(inputs, 0)
+        if inputs.shape.rank != 1:
+            raise ValueError(f"Utf8ByteTokenizer.tokenize takes a string or a 1-D batch of "
+                             f"strings, got shape {inputs.shape}")
+        pieces = tf.strings.bytes_split(inputs)  # [batch, (bytes)], one byte a string
+        values = tf.reshape(tf.io.decode_raw(pieces.flat_values, tf.uint8), [-1])
+        tokens = pieces.with_flat_values(tf.cast(values, self.compute_dtype))
+        if self.sequence_length:
+            tokens = tokens.to_tensor(default_value=self._pad_id,
+                                      shape=[None, self.sequence_length])
+        if unbatched:
+            tokens = tf.squeeze(tokens, 0)
+        return tokens
+
+    @preprocessing_function
+    def detokenize(self, inputs):
+        inputs, unbatched, _ = convert_to_ragged_batch(inputs)
+        inputs = tf.cast(inputs, "int32")  # e.g. an empty Python list arrives as float
+        text = tf.strings.reduce_join(tf.gather(self._char_lst, inputs), axis=-1)
+        text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors=self.errors,
+                                            replacement_char=self.replacement_char)
+        if unbatched:
+            text = tf.squeeze(text, 0)
+        return text
+
+    def get_config(self):
+        config = super().get_config()
+        for option in ("lowercase", "normalization_form"):
+            config.pop(option, None)
+        config["special_tokens"] = dict(self._special_roles)
+        return config
+
+
 # --- Importing published Hugging Face tokenizer folders ------------------------------------
 _HF_ROLES = {"pad_token": "pad", "unk_token": "unk", "cls_token": "cls", "sep_token": "sep",
              "mask_token": "mask"}
@@ -472,9 +623,35 @@ def _copy(source: str, target: str) -> None:
 
 
 def _merges_mark_word_ends(hf_dir: str) -> bool:
-    """Whether merges.txt uses GPT-1's ``</w>`` end-of-word markers."""
+    """Whether merges.txt (or, for a vocabulary without merges, vocab.json) uses GPT-1's
+    ``</w>`` end-of-word markers."""
     with tf.io.gfile.GFile(os.path.join(hf_dir, "merges.txt")) as f:
-        return any("</w>" in line for _, line in zip(range(2000), f))
+        if any("</w>" in line for _, line in zip(range(2000), f)):
+            return True
+    return any(token.endswith("</w>")
+               for token in _read_json(os.path.join(hf_dir, "vocab.json")))
+
+
+def _import_openai_gpt_bpe(hf_dir: str, out_dir: str, tokenizer_class: str, specials: dict,
+                           added: dict) -> dict:
+    """GPT-1's BPE (``</w>`` on word-final symbols; Hugging Face ``OpenAIGPTTokenizer``
+    without ftfy/spaCy) -> a ``bpe`` folder with ``word_end_suffix``, read by
+    ``models/gpt1/gpt1_tokenizer.py``."""
+    if tokenizer_class not in ("", "OpenAIGPTTokenizer"):
+        raise ValueError(f"{hf_dir}: {tokenizer_class} BPE with '</w>' word ends is not "
+                         f"supported (its pre-tokenization differs from GPT-1's); the "
+                         f"'</w>' scheme is read for OpenAIGPTTokenizer only")
+    vocabulary = _extend_with_added_tokens(_read_json(os.path.join(hf_dir, "vocab.json")),
+                                           added, hf_dir)
+    specials = dict(specials)
+    specials.setdefault("unk", "<unk>")
+    _check_specials_known(specials, vocabulary, hf_dir)
+    tf.io.gfile.makedirs(out_dir)
+    with tf.io.gfile.GFile(os.path.join(out_dir, "vocab.json"), "w") as f:
+        json.dump(vocabulary, f, ensure_ascii=False)
+    _copy(os.path.join(hf_dir, "merges.txt"), os.path.join(out_dir, "merges.txt"))
+    return {"kind": "bpe", "vocabulary_file": "vocab.json", "merges_file": "merges.txt",
+            "word_end_suffix": "</w>", "special_tokens": specials}
 
 
 def import_huggingface_tokenizer(hf_dir: str, out_dir: str) -> dict:
@@ -484,6 +661,10 @@ def import_huggingface_tokenizer(hf_dir: str, out_dir: str) -> dict:
       ``strip_accents`` from ``tokenizer_config.json`` (``strip_accents: null`` follows
       ``do_lower_case``, as in BERT's tokenizer).
     * ``vocab.json`` + ``merges.txt`` (GPT-2 / RoBERTa byte-level BPE) -> bpe.
+    * the same files with ``</w>`` word ends (OpenAI GPT, GPT-1: ``OpenAIGPTTokenizer``)
+      -> bpe with ``"word_end_suffix": "</w>"`` (``models/gpt1/gpt1_tokenizer.py``: the
+      lower-casing and BERT ``BasicTokenizer`` split Hugging Face applies without
+      ftfy/spaCy).
     * ``spiece.model`` (ALBERT / XLNet SentencePiece) -> sentencepiece; lowercase per
       ``do_lower_case``, accents stripped unless ``keep_accents``.
 
@@ -523,10 +704,10 @@ def import_huggingface_tokenizer(hf_dir: str, out_dir: str) -> dict:
                   "lowercase": bool(tokenizer_config.get("do_lower_case", lower_default)),
                   "strip_accents": not tokenizer_config.get("keep_accents", accents_default),
                   "special_tokens": specials}
+    elif has("vocab.json") and has("merges.txt") and (
+            tokenizer_class == "OpenAIGPTTokenizer" or _merges_mark_word_ends(hf_dir)):
+        config = _import_openai_gpt_bpe(hf_dir, out_dir, tokenizer_class, specials, added)
     elif has("vocab.json") and has("merges.txt"):
-        if tokenizer_class == "OpenAIGPTTokenizer" or _merges_mark_word_ends(hf_dir):
-            raise ValueError(f"{hf_dir}: OpenAI GPT (GPT-1) BPE with '</w>' word ends is not "
-                             f"byte-level BPE; importing it is not supported yet")
         if tokenizer_config.get("add_prefix_space"):
             raise ValueError(f"{hf_dir}: add_prefix_space=true is not supported by "
                              f"keras-nlp's BytePairTokenizer")

@@ -31,6 +31,10 @@ OBJECTIVE_KEYS = ("max_seq_length", "masked_lm_prob", "max_predictions_per_seq",
                   "short_seq_prob", "dupe_factor", "whole_word_masking", "dynamic_masking",
                   "ngram_masking", "mask_token_rate", "random_token_rate")
 
+# Optimiser settings of a recipe stage passed to the Trainer as they are (TrainerConfig).
+OPTIMIZER_KEYS = ("clip_norm", "adam_beta_1", "adam_beta_2", "adam_epsilon",
+                  "learning_rate_decay", "final_learning_rate_fraction")
+
 
 def _resolve_path(path: str) -> str:
     """A relative local path made absolute (against the working directory); URLs stay."""
@@ -65,6 +69,7 @@ def _trainer_config(recipe: dict, settings: dict, task: dict | None,
         "learning_rate": settings["learning_rate"],
         "warmup_fraction": settings["warmup_fraction"],
         "weight_decay": settings["weight_decay"],
+        **{key: settings[key] for key in OPTIMIZER_KEYS if key in settings},
         "strategy": runtime["strategy"],
         "tpu": runtime["tpu"],
         "jit_compile": runtime["jit_compile"],

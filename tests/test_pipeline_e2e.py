@@ -89,13 +89,19 @@ def test_gpt2_dag_pushes_a_model_that_continues_prompts(tmp_path, demo_data, sha
     outcome = summary["evaluation"]
     assert outcome["blessed"] is True and outcome["metric"] == "perplexity"
     assert 1.0 < outcome["metrics"]["perplexity"] < 400 * 2
-    serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
+    signatures = tf.saved_model.load(summary["pushed_model"]).signatures
     prompts = ["First Citizen:", "ROMEO: my"]
-    generated = serve(prompt=tf.constant(prompts))["generated_text"].numpy()
-    assert generated.shape == (2,)
-    for prompt, text in zip(prompts, generated):
-        assert text.decode("utf-8").startswith(prompt)
-        assert len(text.decode("utf-8")) > len(prompt)
+    # The recipe's decoding settings, then the same request with explicit sampling inputs.
+    generated = signatures["generate_default"](prompt=tf.constant(prompts))
+    explicit = signatures["serving_default"](
+        prompt=tf.constant(prompts), max_length=tf.constant(24), sampler=tf.constant("beam"),
+        temperature=tf.constant(1.0), k=tf.constant(5), p=tf.constant(0.9))
+    for outputs in (generated, explicit):
+        texts = outputs["generated_text"].numpy()
+        assert texts.shape == (2,)
+        for prompt, text in zip(prompts, texts):
+            assert text.decode("utf-8").startswith(prompt)
+            assert len(text.decode("utf-8")) > len(prompt)
 
 
 def test_same_dag_compiles_for_vertex(tmp_path):

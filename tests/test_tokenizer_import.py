@@ -331,11 +331,89 @@ def test_tokenizer_layers_round_trip_their_config():
         "lmfactory>BertWordPieceTokenizer") is BertWordPieceTokenizer
 
 
-def test_gpt1_word_end_bpe_is_rejected_not_misread(tmp_path):
-    """GPT-1's BPE marks word ends with '</w>'; read as byte-level BPE it would give wrong
-    ids, so the import refuses it."""
-    import parity
+# --- GPT-1 (OpenAI GPT): BPE with '</w>' word ends -------------------------------------------
+# tests/fixtures/hf/openai_gpt_tokenizer/ (tests/fixtures/make_openai_gpt_tokenizer_fixture.py):
+# a 700-token GPT-1-format vocabulary and the ids Hugging Face's slow OpenAIGPTTokenizer
+# (BERT BasicTokenizer reading, no ftfy/spaCy) gives 34 corner-case texts.
+def _gpt1_fixture(tmp_path, name="openai_gpt_tokenizer"):
+    out_dir = str(tmp_path / f"{name}_vocabulary")
+    config = import_huggingface_tokenizer(os.path.join(FIXTURES, name), out_dir)
+    return config, load_tokenizer(out_dir), _expected(name)
 
-    folder = parity.fixture_dir("openai-gpt")
-    with pytest.raises(ValueError, match="</w>"):
-        import_huggingface_tokenizer(str(folder), str(tmp_path / "vocab"))
+
+def test_gpt1_tokenizer_gives_the_reference_ids_on_every_text(tmp_path):
+    from lmfactory.models.gpt1.gpt1_tokenizer import Gpt1BpeTokenizer
+
+    config, tokenizer, expected = _gpt1_fixture(tmp_path)
+    assert config["kind"] == "bpe" and config["word_end_suffix"] == "</w>"
+    assert config["special_tokens"] == {"unk": "<unk>"}
+    assert isinstance(tokenizer, Gpt1BpeTokenizer)
+    assert tokenizer.vocabulary_size() == expected["vocab_size"] == 700
+    got = _as_list(tokenizer.tokenize(expected["texts"]))
+    mismatches = [(text, ids, want) for text, ids, want
+                  in zip(expected["texts"], got, expected["ids"]) if ids != want]
+    assert not mismatches
+    # The texts reach the corners: unknown symbols, accents, final sigma, specials in text.
+    unk = tokenizer.token_to_id("<unk>")
+    assert unk == 0 and sum(unk in ids for ids in expected["ids"]) >= 8
+    # One text at a time (the word cache is warm now) gives the same ids.
+    assert _as_list(tokenizer.tokenize(expected["texts"][::-1][:5])) == expected["ids"][::-1][:5]
+
+
+def test_gpt1_detokenize_matches_the_reference_decode(tmp_path):
+    _, tokenizer, expected = _gpt1_fixture(tmp_path)
+    decoded = tokenizer.detokenize(tf.ragged.constant(expected["ids"], dtype=tf.int32))
+    decoded = [text.decode("utf-8") if isinstance(text, bytes) else text for text in decoded]
+    assert decoded == expected["decoded"]
+
+
+def test_gpt1_tokenizer_runs_in_a_saved_model_and_round_trips_its_config(tmp_path):
+    from lmfactory.models.gpt1.gpt1_tokenizer import Gpt1BpeTokenizer
+
+    _, tokenizer, expected = _gpt1_fixture(tmp_path)
+    module = tf.Module()
+    module.tokenizer = tokenizer
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def tokenize(text):
+        ids = module.tokenizer(text)
+        return {"ids": ids.to_tensor(default_value=-1), "text": module.tokenizer.detokenize(ids)}
+
+    tf.saved_model.save(module, str(tmp_path / "saved"),
+                        signatures={"serving_default": tokenize})
+    serve = tf.saved_model.load(str(tmp_path / "saved")).signatures["serving_default"]
+    outputs = serve(tf.constant(expected["texts"]))
+    ids = [[i for i in row if i >= 0] for row in outputs["ids"].numpy().tolist()]
+    assert ids == expected["ids"]
+    assert [t.decode("utf-8") for t in outputs["text"].numpy()] == expected["decoded"]
+
+    config = tokenizer.get_config()
+    assert (config["unk_token"], config["word_end_suffix"]) == ("<unk>", "</w>")
+    restored = Gpt1BpeTokenizer.from_config(
+        {**config, "vocabulary": tokenizer.vocabulary, "merges": tokenizer.merges,
+         "sequence_length": 6})
+    assert restored(expected["texts"][:2]).numpy().tolist() == [
+        (row + [0] * 6)[:6] for row in expected["ids"][:2]]
+    assert keras.saving.get_registered_object("lmfactory>Gpt1BpeTokenizer") is Gpt1BpeTokenizer
+
+
+def test_gpt1_parity_model_folder_imports_its_tokenizer(tmp_path):
+    """The openai-gpt model fixture (tests/fixtures/make_parity_fixtures.py) ships a GPT-1
+    tokenizer too; it imports and gives the ids recorded there."""
+    config, tokenizer, expected = _gpt1_fixture(tmp_path, "openai-gpt")
+    assert config["word_end_suffix"] == "</w>"
+    assert _as_list(tokenizer.tokenize(expected["texts"])) == expected["ids"]
+
+
+def test_gpt1_word_end_import_refuses_other_tokenizer_classes(tmp_path):
+    """CLIP / XLM vocabularies also mark word ends with '</w>' but pre-tokenize otherwise:
+    read as GPT-1's they would give wrong ids, so they are refused."""
+    folder = _copy_fixture("openai_gpt_tokenizer", tmp_path / "clip",
+                           tokenizer_class="CLIPTokenizer")
+    with pytest.raises(ValueError, match="CLIPTokenizer BPE with '</w>'"):
+        import_huggingface_tokenizer(folder, str(tmp_path / "vocab"))
+    folder = _copy_fixture("openai_gpt_tokenizer", tmp_path / "no_unk", unk_token="<oov>",
+                           added_tokens_decoder={})
+    os.remove(os.path.join(folder, "special_tokens_map.json"))
+    with pytest.raises(ValueError, match="<oov>"):
+        import_huggingface_tokenizer(folder, str(tmp_path / "vocab2"))

@@ -575,3 +575,58 @@ def test_special_token_validation():
     assert json.loads(component.exec_properties["special_tokens"]) == ALBERT_SPECIALS
     assert VocabularyGen(examples=examples, kind="bpe", vocab_size=300).exec_properties.get(
         "special_tokens") is None
+
+
+# --- The byte vocabulary (character LM, Al-Rfou et al. 2018) ------------------------------
+def test_byte_vocabulary_is_fixed_and_records_the_corpus_byte_counts(tmp_path, examples_uri,
+                                                                     corpus):
+    vocabulary = Vocabulary()
+    vocabulary.uri = str(tmp_path / "bytes")
+    Executor().Do({"examples": [_examples_artifact(examples_uri)]}, {"vocabulary": [vocabulary]},
+                  {"kind": "byte", "vocab_size": 257, "splits": json.dumps(["small"])})
+    settings = read_tokenizer_config(vocabulary.uri)
+    assert settings == {"kind": "byte", "statistics_file": "byte_counts.json",
+                        "special_tokens": {"end_of_text": "<|endoftext|>",
+                                           "pad": "<|endoftext|>"}}
+    assert sorted(os.listdir(vocabulary.uri)) == ["byte_counts.json", "tokenizer.json"]
+    assert vocabulary.get_string_custom_property("kind") == "byte"
+    assert vocabulary.get_int_custom_property("vocabulary_size") == 257
+    # The statistics: the UTF-8 bytes of the split's non-blank lines, counted by Beam.
+    with open(os.path.join(vocabulary.uri, "byte_counts.json"), encoding="utf-8") as f:
+        statistics = json.load(f)
+    expected = collections.Counter(b"".join(line.encode("utf-8") for line in corpus[0][:300]))
+    assert statistics["bytes"] == sum(expected.values())
+    assert statistics["distinct_bytes"] == len(expected)
+    assert {int(value): count for value, count in statistics["counts"].items()} == expected
+    assert statistics["non_ascii_bytes"] == sum(c for b, c in expected.items() if b >= 128)
+    assert statistics["non_ascii_bytes"] > 0  # WikiText has accents and dashes
+    assert list(statistics["counts"])[0] == str(ord(" "))  # most frequent first
+    tokenizer = load_tokenizer(vocabulary.uri)
+    assert tokenizer.vocabulary_size() == 257
+    assert tokenizer.token_to_id("<|endoftext|>") == 256
+    text = corpus[1][0]
+    assert _as_list(tokenizer.tokenize([text]))[0] == list(text.encode("utf-8"))
+
+
+def test_byte_vocabulary_with_its_own_special_tokens(tmp_path, examples_uri):
+    specials = {"end_of_text": "<eot>", "pad": "<pad>"}
+    config = VocabularyConfig(kind="byte", vocab_size=258, special_tokens=specials)
+    learn_vocabulary({"eval": os.path.join(examples_uri, "Split-eval", "*.gz")},
+                     str(tmp_path / "bytes"), config)
+    tokenizer = load_tokenizer(str(tmp_path / "bytes"))
+    assert (tokenizer.token_to_id("<eot>"), tokenizer.token_to_id("<pad>")) == (256, 257)
+    assert tokenizer.vocabulary_size() == 258
+
+
+def test_byte_vocabulary_validation():
+    with pytest.raises(ValueError, match="must be 257"):
+        VocabularyConfig(kind="byte", vocab_size=8000)
+    with pytest.raises(ValueError, match="must be 259"):
+        VocabularyConfig(kind="byte", vocab_size=257,
+                         special_tokens={"end_of_text": "<e>", "pad": "<p>", "sep": "<s>"})
+    with pytest.raises(ValueError, match="spelling of byte 97"):
+        VocabularyConfig(kind="byte", vocab_size=257, special_tokens={"end_of_text": "a"})
+    assert VocabularyConfig(kind="byte", vocab_size=257).resolved_special_tokens == {
+        "end_of_text": "<|endoftext|>", "pad": "<|endoftext|>"}
+    assert VocabularyGen(examples=channel.Channel(type=standard_artifacts.Examples),
+                         kind="byte", vocab_size=257).exec_properties["kind"] == "byte"

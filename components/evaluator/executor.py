@@ -76,8 +76,11 @@ def evaluate_language_model(model_uri: str, file_pattern: str, batch_size: int =
         weight = tf.cast(weight, tf.float32)
         total_nll += float(tf.reduce_sum(nll * weight))
         total_tokens += float(tf.reduce_sum(weight))
-    return {"perplexity": metric_lib.perplexity(total_nll, total_tokens),
-            "nll": total_nll / max(total_tokens, 1.0), "tokens": int(total_tokens)}
+    results = {"perplexity": metric_lib.perplexity(total_nll, total_tokens),
+               "nll": total_nll / max(total_tokens, 1.0), "tokens": int(total_tokens)}
+    if data_config.get("tokenizer_kind") == "byte":  # a token is a character (byte)
+        results["bits_per_character"] = metric_lib.bits_per_character(total_nll, total_tokens)
+    return results
 
 
 def evaluate(model_uri: str, file_pattern: str, config: dict) -> dict:
@@ -98,6 +101,9 @@ def evaluate_and_bless(model_uri: str, file_pattern: str, config: dict,
     if metric not in metric_lib.METRICS:
         raise ValueError(f"metric must be one of {sorted(metric_lib.METRICS)}, got {metric!r}")
     results = evaluate(model_uri, file_pattern, config)
+    if metric not in results:
+        raise ValueError(f"evaluation.metric {metric!r} is not reported for this model; it "
+                         f"reports {sorted(k for k in results if k in metric_lib.METRICS)}")
     baseline_results = evaluate(baseline_uri, file_pattern, config) if baseline_uri else None
     baseline_value = baseline_results[metric] if baseline_results else None
     blessed, reason = metric_lib.passes(metric, results[metric], config.get("threshold"),

@@ -7,7 +7,8 @@ import math
 import numpy as np
 
 # metric name -> True when larger is better
-METRICS = {"accuracy": True, "f1": True, "macro_f1": True, "perplexity": False}
+METRICS = {"accuracy": True, "f1": True, "macro_f1": True, "perplexity": False,
+           "bits_per_character": False}
 
 
 def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
@@ -44,6 +45,15 @@ def perplexity(total_nll: float, total_tokens: float) -> float:
     if total_tokens <= 0:
         raise ValueError("perplexity over zero tokens is undefined")
     return float(math.exp(total_nll / total_tokens))
+
+
+def bits_per_character(total_nll: float, total_characters: float) -> float:
+    """Mean negative log-likelihood per character in bits, ``nll / ln 2`` (the measure of
+    character-level LMs, Al-Rfou et al. 2018 §3; for a byte vocabulary a character is a
+    byte, as in enwik8)."""
+    if total_characters <= 0:
+        raise ValueError("bits per character over zero characters are undefined")
+    return float(total_nll / total_characters / math.log(2.0))
 
 
 def passes(metric: str, value: float, threshold: float | None,

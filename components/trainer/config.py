@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from lmfactory.components.trainer.optimization import DECAYS
 from lmfactory.components.trainer.strategy import STRATEGIES
 
 
@@ -18,6 +19,13 @@ class TrainerConfig:
     warmup_fraction: float = 0.1
     weight_decay: float = 0.01
     clip_norm: float = 1.0
+    # Adam's moments and epsilon, and the schedule after warmup (optimization.py): BERT's
+    # defaults; GPT-3 (Appendix B) uses beta2 0.95, eps 1e-8, cosine decay to 10%.
+    adam_beta_1: float = 0.9
+    adam_beta_2: float = 0.999
+    adam_epsilon: float = 1e-6
+    learning_rate_decay: str = "linear"
+    final_learning_rate_fraction: float = 0.0
     strategy: str = "auto"
     tpu: str | None = None
     jit_compile: bool = False
@@ -50,6 +58,20 @@ class TrainerConfig:
             raise ValueError(f"learning_rate must be in (0, 1), got {self.learning_rate}")
         if not 0 <= self.warmup_fraction < 1:
             raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
+        for name in ("adam_beta_1", "adam_beta_2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if not self.adam_epsilon > 0:
+            raise ValueError(f"adam_epsilon must be positive, got {self.adam_epsilon}")
+        if self.clip_norm is not None and not self.clip_norm >= 0:
+            raise ValueError(f"clip_norm must be >= 0 (0 or None: no clipping), got "
+                             f"{self.clip_norm}")
+        if self.learning_rate_decay not in DECAYS:
+            raise ValueError(f"learning_rate_decay must be one of {DECAYS}, got "
+                             f"{self.learning_rate_decay!r}")
+        if not 0 <= self.final_learning_rate_fraction <= 1:
+            raise ValueError(f"final_learning_rate_fraction must be in [0, 1], got "
+                             f"{self.final_learning_rate_fraction}")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if self.steps_per_checkpoint < 1:

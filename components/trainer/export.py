@@ -13,8 +13,8 @@ import logging
 
 import tensorflow as tf
 
+from lmfactory.components.trainer.generation_serving import export_generator
 from lmfactory.models.classifier_preprocessor import classifier_preprocessor, select_inputs
-from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
 
 SERVING_SIGNATURE = "serving_default"
 
@@ -36,11 +36,23 @@ def _check_batch_of_strings(name: str, values):
 
 
 class ClassifierServing(tf.Module):
-    """``serving_default(<text feature>...) -> {probabilities [B, C], label [B]}``."""
+    """``serving_default(<text feature>...) -> {probabilities [B, C], label [B]}``.
+
+    ``preprocessor``: the architecture's classifier preprocessor (raw strings -> model
+    inputs); ``model`` returns the logits [B, C] or a dict holding them under ``logits``
+    (a functional model's other outputs, e.g. GPT-1's ``lm_logits``, are not computed)."""
 
     def __init__(self, preprocessor, model, text_features):
+        import keras
+
         super().__init__(name="classifier_serving")
         self.preprocessor = preprocessor
+        try:  # a functional model's output structure (a subclassed one has none)
+            outputs = model.output
+        except (AttributeError, ValueError):
+            outputs = None
+        if isinstance(outputs, dict):  # the same layers and weights, logits only
+            model = keras.Model(model.input, outputs["logits"])
         self.model = model
         self.text_features = list(text_features)
 
@@ -53,6 +65,8 @@ class ClassifierServing(tf.Module):
                      for name, text in zip(self.text_features, texts)]
             packed = select_inputs(self.model, self.preprocessor(tuple(texts)))
             logits = self.model(packed, training=False)
+            if isinstance(logits, dict):  # e.g. GPT-1's {logits, lm_logits}
+                logits = logits["logits"]
             probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
             return {"probabilities": probabilities,
                     "label": tf.argmax(probabilities, axis=-1, output_type=tf.int64)}
@@ -79,59 +93,13 @@ class EncoderServing(tf.Module):
         return encode.get_concrete_function()
 
 
-class GeneratorServing(tf.Module):
-    """``serving_default(prompt) -> {generated_text [B]}``: each prompt followed by its
-    continuation.
-
-    Every prompt is prefixed with the end-of-text token (GPT-2's document separator, so the
-    model sees a document start and an empty prompt is valid). Prompts longer than
-    ``max_length - 1`` tokens keep their last tokens. Decoding settings (``max_length``,
-    ``sampler``, ``k``, ``p``, ``temperature``) come from the recipe's ``generation`` block.
-    Decoding uses the model's key/value cache (``GPT2CausalLM.generate_ids``).
-    """
-
-    def __init__(self, tokenizer, causal_lm, generation: dict, end_of_text: str):
-        super().__init__(name="generator_serving")
-        self.tokenizer = tokenizer
-        self.causal_lm = causal_lm
-        self.generation = dict(generation)
-        self.end_token_id = int(tokenizer.token_to_id(end_of_text))
-
-    def signature(self):
-        settings = dict(self.generation)
-        max_length = int(settings.pop("max_length", 64))
-        sampler = settings.pop("sampler", "greedy")
-
-        @tf.function(input_signature=[_string_batch_spec("prompt")])
-        def generate(prompt):
-            prompt = _check_batch_of_strings("prompt", prompt)
-            token_ids = self.tokenizer(prompt)
-            token_ids = token_ids[:, -(max_length - 1):]
-            start = tf.fill([tf.shape(prompt)[0], 1], self.end_token_id)
-            token_ids = tf.concat([tf.cast(start, token_ids.dtype), token_ids], axis=1)
-            lengths = token_ids.row_lengths()
-            output = self.causal_lm.generate_ids(
-                token_ids.to_tensor(default_value=self.end_token_id),
-                prompt_lengths=lengths, max_length=max_length, sampler=sampler,
-                end_token_id=self.end_token_id, **settings)
-            generated = tf.ragged.boolean_mask(output["token_ids"], output["padding_mask"])
-            generated = generated[:, 1:]  # drop the start token
-            is_text = tf.not_equal(generated, self.end_token_id)
-            text = self.tokenizer.detokenize(tf.ragged.boolean_mask(generated, is_text))
-            return {"generated_text": text}
-
-        return generate.get_concrete_function()
-
-
 def export_serving_model(task_model, vocab_dir: str, model_config: dict, export_dir: str,
                          preprocessor=None) -> None:
     task = model_config["task"]
     if task["kind"] == "classification":
         module = ClassifierServing(preprocessor, task_model, task["text_features"])
-    elif task.get("objective") == "causal_lm":
-        end_of_text = read_tokenizer_config(vocab_dir)["special_tokens"]["end_of_text"]
-        module = GeneratorServing(load_tokenizer(vocab_dir), task_model,
-                                  model_config.get("generation") or {}, end_of_text)
+    elif task.get("objective") == "causal_lm":  # generation_serving.py: two signatures
+        return export_generator(task_model, vocab_dir, model_config, export_dir)
     else:
         backbone = getattr(task_model, "backbone", task_model)
         sequence_length = min(task.get("sequence_length", 128),

@@ -1,38 +1,70 @@
-"""AdamW with linear warmup then linear decay to zero, and global-norm gradient clipping.
+"""AdamW with linear warmup then linear (or cosine) decay, and global-norm gradient clipping.
 
 This is BERT's optimiser (Devlin et al. 2019, App. A.2: Adam, beta1 0.9, beta2 0.999,
 L2 weight decay 0.01 decoupled, warmup then linear decay; google-research/bert clips the
 global norm at 1.0) and GPT-2's (AdamW, warmup, clip 1.0). Bias and LayerNorm weights are
-excluded from weight decay, as both reference implementations do.
+excluded from weight decay, as both reference implementations do. GPT-3's settings
+(Brown et al. 2020, Appendix B: beta2 0.95, eps 1e-8, clip 1.0, weight decay 0.1, linear
+warmup then cosine decay to 10% of the peak) are the same optimiser with ``beta_2``,
+``epsilon``, ``weight_decay``, ``decay="cosine"`` and ``final_learning_rate_fraction``;
+recipes set them per stage (``pretraining.adam_beta_2`` etc., see ``recipe.py``).
 """
 
 from __future__ import annotations
 
+import math
+
 import keras
 import tensorflow as tf
+
+DECAYS = ("linear", "cosine")
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
 class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """lr(step) = peak * step / warmup for step < warmup, then decays linearly to 0 at total."""
+    """lr(step) = peak * step / warmup for step < warmup, then decays linearly to
+    ``final_learning_rate_fraction * peak`` (default 0) at total."""
 
-    def __init__(self, peak_learning_rate: float, warmup_steps: int, total_steps: int):
+    def __init__(self, peak_learning_rate: float, warmup_steps: int, total_steps: int,
+                 final_learning_rate_fraction: float = 0.0):
         self.peak_learning_rate = float(peak_learning_rate)
         self.warmup_steps = int(warmup_steps)
         self.total_steps = int(total_steps)
+        self.final_learning_rate_fraction = float(final_learning_rate_fraction)
 
-    def __call__(self, step):
+    def _progress(self, step):
+        """(step as float, warmup learning rate, fraction of the decay done in [0, 1])."""
         step = keras.ops.cast(step, "float32")
         warmup = float(self.warmup_steps)
         total = float(max(self.total_steps, self.warmup_steps + 1))
         warmup_lr = self.peak_learning_rate * step / max(warmup, 1.0)
-        decay_lr = self.peak_learning_rate * keras.ops.maximum(
-            0.0, (total - step) / (total - warmup))
-        return keras.ops.where(step < warmup, warmup_lr, decay_lr)
+        done = keras.ops.clip((step - warmup) / (total - warmup), 0.0, 1.0)
+        return step, warmup_lr, done
+
+    def _decayed(self, done):
+        """The fraction of the peak left after ``done`` of the decay (1 -> final)."""
+        return 1.0 - done
+
+    def __call__(self, step):
+        step, warmup_lr, done = self._progress(step)
+        final = self.final_learning_rate_fraction
+        decay_lr = self.peak_learning_rate * (final + (1.0 - final) * self._decayed(done))
+        return keras.ops.where(step < float(self.warmup_steps), warmup_lr, decay_lr)
 
     def get_config(self):
         return {"peak_learning_rate": self.peak_learning_rate,
-                "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+                "warmup_steps": self.warmup_steps, "total_steps": self.total_steps,
+                "final_learning_rate_fraction": self.final_learning_rate_fraction}
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class WarmupCosineDecay(WarmupLinearDecay):
+    """Linear warmup, then cosine decay from the peak to ``final_learning_rate_fraction *
+    peak`` at total (GPT-3, Appendix B: "cosine decay for learning rate down to 10% of its
+    value"), then flat."""
+
+    def _decayed(self, done):
+        return 0.5 * (1.0 + keras.ops.cos(math.pi * done))
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -68,10 +100,18 @@ class AdamW(keras.optimizers.AdamW):
 
 def make_optimizer(learning_rate: float, total_steps: int, warmup_fraction: float = 0.1,
                    weight_decay: float = 0.01, clip_norm: float = 1.0,
-                   beta_2: float = 0.999, epsilon: float = 1e-6) -> AdamW:
-    schedule = WarmupLinearDecay(learning_rate, int(total_steps * warmup_fraction), total_steps)
+                   beta_2: float = 0.999, epsilon: float = 1e-6, beta_1: float = 0.9,
+                   decay: str = "linear", final_learning_rate_fraction: float = 0.0) -> AdamW:
+    if decay not in DECAYS:
+        raise ValueError(f"decay must be one of {DECAYS}, got {decay!r}")
+    if not 0.0 <= final_learning_rate_fraction <= 1.0:
+        raise ValueError(f"final_learning_rate_fraction must be in [0, 1], got "
+                         f"{final_learning_rate_fraction!r}")
+    schedule_cls = WarmupCosineDecay if decay == "cosine" else WarmupLinearDecay
+    schedule = schedule_cls(learning_rate, int(total_steps * warmup_fraction), total_steps,
+                            final_learning_rate_fraction)
     optimizer = AdamW(
-        learning_rate=schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=beta_2,
+        learning_rate=schedule, weight_decay=weight_decay, beta_1=beta_1, beta_2=beta_2,
         epsilon=epsilon, clip_global_norm=clip_norm)
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta", "layer_norm"])
     return optimizer

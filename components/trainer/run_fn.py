@@ -14,6 +14,7 @@ custom_config=..., base_model=...)``.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -64,10 +65,10 @@ def _train_language_model(fn_args, config, examples_uri, strategy) -> dict:
             task_model, backbone = _distiller(task_cls, config, vocabulary_size)
         else:
             backbone = _backbone(config, vocabulary_size, fn_args.base_model)
-            task_model = task_cls(backbone, **config.task_args)
-        task_model.compile(optimizer=make_optimizer(
-            config.learning_rate, fn_args.train_steps, config.warmup_fraction,
-            config.weight_decay, config.clip_norm), jit_compile=config.jit_compile)
+            task_model = task_cls(backbone, **_schedule_args(task_cls, config.task_args,
+                                                             fn_args.train_steps))
+        task_model.compile(optimizer=_optimizer(config, fn_args.train_steps),
+                           jit_compile=config.jit_compile)
     batch = dict(batch_size=config.batch_size, seed=config.seed)
     train_data = pretraining_features.make_dataset(
         fn_args.train_files[0], data_config, shuffle=True, repeat=True, **batch)
@@ -77,6 +78,15 @@ def _train_language_model(fn_args, config, examples_uri, strategy) -> dict:
     return dict(task_model=task_model, backbone=backbone, vocab_dir=vocab_dir, metrics=metrics,
                 task={"kind": "language_model", "objective": data_config["objective"],
                       "sequence_length": data_config["max_seq_length"]})
+
+
+def _schedule_args(task_cls, task_args: dict, train_steps: int) -> dict:
+    """``task_args`` plus ``total_steps`` = the trainer's step count for a task model whose
+    loss follows the training's progress (e.g. `CharTransformerLM`'s intermediate losses,
+    phased out over training, Al-Rfou et al. 2018 §2.2), unless the recipe sets it."""
+    if "total_steps" in inspect.signature(task_cls.__init__).parameters:
+        return {"total_steps": int(train_steps), **task_args}
+    return dict(task_args)
 
 
 def _distiller(task_cls, config, vocabulary_size: int):
@@ -105,21 +115,27 @@ def _teacher(config, student: str):
 
 
 def _train_classifier(fn_args, config, strategy) -> dict:
+    """Fine-tunes the architecture's classifier on raw task records. Its inputs come from
+    the architecture's preprocessor (`models.classifier_preprocessor`: cls/sep packing, or
+    an architecture's own, like GPT-1's §3.3 transformations); the recipe's
+    ``finetuning.task_args`` go to the classifier (e.g. GPT-1's ``lm_weight``) and to its
+    preprocessor. A classifier with its own ``compute_loss`` (GPT-1's L2 + λ L1) trains on
+    it; any other on the cross-entropy of its logits."""
     if not fn_args.base_model:
         raise ValueError("Fine-tuning a classifier needs a base_model (the pretrained Model).")
     task = config.task
-    vocab_dir = vocabulary_dir_of(fn_args.base_model)
-    preprocessor = classifier_preprocessor(vocab_dir, config.architecture,
-                                           task["sequence_length"])
     architecture = models.get(config.architecture)
     if architecture.classifier_cls is None:
         raise ValueError(f"Architecture {config.architecture!r} has no classifier head")
+    vocab_dir = vocabulary_dir_of(fn_args.base_model)
+    preprocessor = classifier_preprocessor(
+        vocab_dir, config.architecture, task["sequence_length"],
+        num_text_features=len(task["text_features"]),
+        task_args=None if config.teacher_model else config.task_args)
     with strategy.scope():
-        backbone = _backbone(config, preprocessor.tokenizer.vocabulary_size(),
+        backbone = _backbone(config, load_tokenizer(vocab_dir).vocabulary_size(),
                              fn_args.base_model)
-        optimizer = make_optimizer(config.learning_rate, fn_args.train_steps,
-                                   config.warmup_fraction, config.weight_decay,
-                                   config.clip_norm)
+        optimizer = _optimizer(config, fn_args.train_steps)
         if config.teacher_model:
             # Task-specific distillation (TinyBERT §3.2): the task model trains the student
             # against the fine-tuned teacher; its `classifier` is what gets exported.
@@ -133,12 +149,15 @@ def _train_classifier(fn_args, config, strategy) -> dict:
             classifier = task_model.classifier
         else:
             task_model = classifier = architecture.classifier_cls(
-                backbone, num_classes=task["num_classes"])
-            task_model.compile(
-                optimizer=optimizer,
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-                jit_compile=config.jit_compile)
+                backbone, num_classes=task["num_classes"], **config.task_args)
+            if computes_own_loss(classifier):
+                task_model.compile(optimizer=optimizer, jit_compile=config.jit_compile)
+            else:
+                task_model.compile(
+                    optimizer=optimizer,
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                    metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+                    jit_compile=config.jit_compile)
     read = dict(preprocessor=preprocessor, text_features=task["text_features"],
                 batch_size=config.batch_size, seed=config.seed,
                 input_names=list(classifier.input.keys()))
@@ -149,6 +168,22 @@ def _train_classifier(fn_args, config, strategy) -> dict:
     metrics = _fit(task_model, train_data, eval_data, fn_args, config)
     return dict(task_model=classifier, backbone=backbone, vocab_dir=vocab_dir, metrics=metrics,
                 task=dict(task), preprocessor=preprocessor)
+
+
+def computes_own_loss(model) -> bool:
+    """Whether ``model`` overrides Keras's ``compute_loss`` (computes its whole loss and
+    metrics itself, so it is compiled with an optimizer and no loss)."""
+    return type(model).compute_loss is not keras.Model.compute_loss
+
+
+def _optimizer(config, total_steps: int):
+    """The recipe stage's optimiser (optimization.py): AdamW, warmup then linear or cosine
+    decay, global-norm clipping."""
+    return make_optimizer(
+        config.learning_rate, total_steps, config.warmup_fraction, config.weight_decay,
+        config.clip_norm, beta_1=config.adam_beta_1, beta_2=config.adam_beta_2,
+        epsilon=config.adam_epsilon, decay=config.learning_rate_decay,
+        final_learning_rate_fraction=config.final_learning_rate_fraction)
 
 
 def _backbone(config, vocabulary_size: int, base_model: str | None):

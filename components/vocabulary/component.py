@@ -1,5 +1,5 @@
 """VocabularyGen: a TFX component that learns a WordPiece, byte-level BPE or SentencePiece
-vocabulary.
+vocabulary, or writes the fixed byte vocabulary (with the corpus's byte counts).
 
     vocabulary_gen = VocabularyGen(examples=example_gen.outputs["examples"],
                                    kind="wordpiece", vocab_size=30522)
@@ -54,20 +54,23 @@ class VocabularyGen(base_beam_component.BaseBeamComponent):
                  special_tokens: Mapping[str, str] | None = None):
         """Args:
           examples: channel of ``Examples`` (GZIP TFRecords of tf.train.Example).
-          kind: "wordpiece" (BERT), "bpe" (GPT-2 / RoBERTa byte-level BPE) or
-            "sentencepiece" (ALBERT's unigram SentencePiece).
-          vocab_size: target number of tokens, special tokens included.
+          kind: "wordpiece" (BERT), "bpe" (GPT-2 / RoBERTa byte-level BPE),
+            "sentencepiece" (ALBERT's unigram SentencePiece) or "byte" (the 256 UTF-8 byte
+            values, nothing learned; the character LM of Al-Rfou et al. 2018).
+          vocab_size: target number of tokens, special tokens included (for "byte":
+            exactly 256 + the distinct special tokens).
           text_features: bytes features holding text; values are split into lines on "\\n".
           splits: which splits to learn from.
           lowercase, strip_accents: WordPiece / SentencePiece normalization (ignored for
-            BPE).
+            BPE and bytes).
           min_frequency: WordPiece: lowest piece frequency searched; BPE: a pair must occur
             this often to be merged; ignored by SentencePiece.
           max_unique_words: the learner sees at most this many distinct words, most
             frequent first.
           special_tokens: role -> token (roles pad, unk, cls, sep, mask, end_of_text) the
             vocabulary reserves; None = the kind's default: BERT's [PAD] [UNK] [CLS] [SEP]
-            [MASK], GPT-2's <|endoftext|>, ALBERT's <pad> <unk> [CLS] [SEP] [MASK]. BPE
+            [MASK], GPT-2's <|endoftext|> (BPE and bytes), ALBERT's <pad> <unk> [CLS]
+            [SEP] [MASK]. BPE
             with encoder roles (e.g. RoBERTa's {"cls": "<s>", "pad": "<pad>", "sep": "</s>",
             "unk": "<unk>", "mask": "<mask>"}) puts them at the first ids.
         """

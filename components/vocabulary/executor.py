@@ -1,5 +1,5 @@
 """Beam executor of VocabularyGen: Examples -> word counts -> WordPiece, byte-level BPE or
-SentencePiece files.
+SentencePiece files (or, for the ``byte`` kind, byte counts -> a fixed byte vocabulary).
 
 The scalable part runs in Beam: read the GZIP TFRecords of the chosen splits, pull the text
 features, pre-tokenize lines into words (in batches, with the tokenizer's own splitting
@@ -24,14 +24,15 @@ from apache_beam.io.filesystem import CompressionTypes
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from lmfactory.components.vocabulary import bpe, sentence_piece, wordpiece
+from lmfactory.components.vocabulary import bpe, byte_level, sentence_piece, wordpiece
 from lmfactory.models import tokenizers
 
 EXAMPLES_KEY = "examples"
 VOCABULARY_KEY = "vocabulary"
-KINDS = ("wordpiece", "bpe", "sentencepiece")
+KINDS = ("wordpiece", "bpe", "sentencepiece", "byte")
 DEFAULT_SPECIAL_TOKENS = {"wordpiece": wordpiece.SPECIAL_TOKENS, "bpe": bpe.SPECIAL_TOKENS,
-                          "sentencepiece": sentence_piece.SPECIAL_TOKENS}
+                          "sentencepiece": sentence_piece.SPECIAL_TOKENS,
+                          "byte": byte_level.SPECIAL_TOKENS}
 _LINES_PER_BATCH = 512
 
 
@@ -58,6 +59,11 @@ class VocabularyConfig:
         if self.special_tokens is not None:
             object.__setattr__(self, "special_tokens",
                                _check_special_tokens(self.kind, self.special_tokens))
+        if self.kind == "byte":
+            size = byte_level.vocabulary_size(self.resolved_special_tokens)
+            if self.vocab_size != size:
+                raise ValueError(f"vocab_size for byte must be {size} (the 256 byte values "
+                                 f"+ {size - 256} special token(s)), got {self.vocab_size}")
         distinct = len(tokenizers.unique_special_tokens(self.resolved_special_tokens))
         smallest = distinct + (len(bpe.BYTE_SYMBOLS) if self.kind == "bpe" else 1)
         if self.vocab_size < smallest:
@@ -115,6 +121,8 @@ def _check_special_tokens(kind: str, special_tokens) -> dict:
     if kind in ("wordpiece", "sentencepiece") and "unk" not in special_tokens:
         raise ValueError(f"special_tokens for {kind} need an 'unk' role (the token for "
                          f"out-of-vocabulary text), got roles {sorted(special_tokens)}")
+    if kind == "byte":
+        tokenizers.check_byte_special_tokens(special_tokens)
     return dict(special_tokens)
 
 
@@ -140,6 +148,8 @@ def count_words(lines: Sequence[str], config: VocabularyConfig) -> list[tuple[st
         words = wordpiece.pretokenize_lines(lines, config.lowercase, config.strip_accents)
     elif config.kind == "sentencepiece":
         words = sentence_piece.pretokenize_lines(lines, config.lowercase, config.strip_accents)
+    elif config.kind == "byte":  # the "words" are bytes: their counts are the statistics
+        return byte_level.count_bytes(lines)
     else:
         special_tokens, _ = bpe.special_token_layout(config.resolved_special_tokens)
         words = bpe.pretokenize_lines(lines, special_tokens)
@@ -169,6 +179,9 @@ def learn_and_write(word_counts: list[tuple[str, int]], output_dir: str,
         sentence_piece.write_files(output_dir, model)
         settings = sentence_piece.tokenizer_config(config.lowercase, config.strip_accents,
                                                    specials)
+    elif config.kind == "byte":  # nothing to learn: record the byte statistics
+        byte_level.write_files(output_dir, word_counts, source)
+        settings = byte_level.tokenizer_config(specials)
     else:
         special_tokens, first = bpe.special_token_layout(specials)
         tokens, merges = bpe.learn_merges(word_counts, config.vocab_size, config.min_frequency,
@@ -250,6 +263,8 @@ def vocabulary_size(output_dir: str) -> int:
     import tensorflow as tf
 
     settings = tokenizers.read_tokenizer_config(output_dir)
+    if settings["kind"] == "byte":
+        return byte_level.vocabulary_size(settings.get("special_tokens", {}))
     if settings["kind"] == "sentencepiece":
         path = os.path.join(output_dir, settings.get("model_file", sentence_piece.MODEL_FILE))
         with tf.io.gfile.GFile(path, "rb") as f:

@@ -1,12 +1,14 @@
 """The character-level deep Transformer LM (Al-Rfou et al. 2018). Importing this package
 registers the "charlm" architecture.
 
-Its characters are the 256 UTF-8 byte values (`charlm_vocabulary`, keras-nlp's
-`ByteTokenizer`). The registry's tokenizer kinds have no byte vocabulary yet, so the
-architecture registers the nearest one, byte-level "bpe" with GPT-2's special tokens: with a
-small `vocab_size` it stays close to characters (keras-nlp's `BytePairTokenizer` needs at
-least one merge, so at least 258 tokens). A dedicated "byte" kind built on
-`charlm_vocabulary.byte_tokenizer` is what the pipeline should use once it exists.
+Its characters are the 256 UTF-8 byte values, as in the paper's enwik8 experiments: the
+pipeline's "byte" tokenizer kind (`lmfactory.models.tokenizers.Utf8ByteTokenizer`, keras-nlp's
+`ByteTokenizer`; VocabularyGen learns nothing and records the corpus's byte counts) gives
+ids 0..255 to the bytes and id 256 to `<|endoftext|>`, which separates documents in
+`causal_lm` examples, pads, and starts generation; a pipeline-trained model therefore has a
+257-token vocabulary. `charlm_vocabulary` is the same byte mapping in numpy for the
+standalone script (`train_tiny_shakespeare`), which reads one unbroken stream and needs no
+special token.
 """
 
 from lmfactory.models import registry
@@ -20,7 +22,7 @@ ARCHITECTURE = registry.register(
         family="decoder",
         backbone_cls=CharTransformerBackbone,
         presets=CHARLM_PRESETS,
-        tokenizer_kind="bpe",
+        tokenizer_kind="byte",
         pretrainers={"causal_lm": CharTransformerLM},
         classifier_cls=None,
         causal_lm_cls=CharTransformerLM,

@@ -7,6 +7,8 @@ import keras
 import keras_nlp
 from keras import ops
 
+from lmfactory.models import decoder_cache
+
 
 @keras.saving.register_keras_serializable(package="lmfactory")
 class CharTransformerBackbone(keras.Model):
@@ -198,31 +200,36 @@ class CharTransformerBackbone(keras.Model):
         return {"sequence_output": self.layer_norm(x), "hidden_states": hidden_states}
 
     def initial_cache(self, batch_size, max_length):
-        """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]."""
-        head_dim = self.hidden_dim // self.num_heads
-        shape = [batch_size, self.num_layers, 2, max_length, self.num_heads, head_dim]
-        return ops.zeros(shape, dtype=self.transformer_layers[0].compute_dtype)
+        """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
+        (`models/decoder_cache.py`)."""
+        return decoder_cache.initial_cache(self.transformer_layers, batch_size, max_length,
+                                           self.num_heads, self.hidden_dim // self.num_heads)
 
     def call_with_cache(self, token_ids, cache, cache_update_index):
         """Runs `token_ids` (the characters at positions `cache_update_index`, ...) at
         inference, reusing the keys/values of earlier positions from `cache`; each layer
-        adds its own positional embeddings of those positions.
+        adds its own positional embeddings of those positions (§2, "Positional
+        Embeddings"), so the cached keys and values of layer i were computed from inputs
+        that carried layer i's embedding of their position.
+
+        Args:
+            token_ids: int [batch, n].
+            cache: float [batch, num_layers, 2, max_length, num_heads, head_dim].
+            cache_update_index: int scalar (may be a tensor), position of `token_ids[:, 0]`.
 
         Returns:
             (hidden [batch, n, hidden_dim] after the final LayerNorm, updated cache).
         """
         x = self._embed(ops.convert_to_tensor(token_ids, dtype="int32"))
-        next_cache = []
-        for i, (position_embedding, block) in enumerate(zip(self.position_embeddings,
-                                                            self.transformer_layers)):
-            x = ops.add(x, position_embedding(x, start_index=cache_update_index))
-            x, layer_cache = block(
-                x,
-                self_attention_cache=cache[:, i, ...],
-                self_attention_cache_update_index=cache_update_index,
-            )
-            next_cache.append(layer_cache)
-        return self.layer_norm(x), ops.stack(next_cache, axis=1)
+
+        def add_position_embedding(i, x):
+            position_embedding = self.position_embeddings[i]
+            return ops.add(x, position_embedding(x, start_index=cache_update_index))
+
+        x, cache = decoder_cache.call_blocks_with_cache(
+            self.transformer_layers, x, cache, cache_update_index,
+            block_input=add_position_embedding)
+        return self.layer_norm(x), cache
 
     def get_config(self):
         return {

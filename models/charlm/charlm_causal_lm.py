@@ -7,6 +7,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from lmfactory.models.generation import CausalLMGeneration
 from lmfactory.models.task_losses import sum_over_replicas, track_loss, with_regularization
 
 CAUSAL_LM_INPUTS = ("token_ids", "padding_mask")
@@ -52,7 +53,7 @@ def _weighted_mean(values, weights):
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
-class CharTransformerLM(keras.Model):
+class CharTransformerLM(CausalLMGeneration, keras.Model):
     """A `CharTransformerBackbone` with the prediction layers and training losses of §2.
 
     The model predicts the next character at every position from the final layer's output
@@ -87,6 +88,10 @@ class CharTransformerLM(keras.Model):
     its own `train_step`/`test_step`, which run the backbone once (`call_with_states`) and
     take every prediction from it. Under a `tf.distribute` strategy each replica returns
     its share of the global batch's loss (`task_losses.sum_over_replicas`).
+
+    Text is generated with `generate_ids` (`CausalLMGeneration`, models/generation.py): a
+    keras-nlp sampler over the backbone's key/value cache, the final layer's next-character
+    prediction at each step.
 
     Inputs (dict, int32 [batch, seq_len]): `token_ids`, `padding_mask`.
     Output: next-character logits [batch, seq_len, vocabulary_size] of the final layer.
@@ -165,6 +170,9 @@ class CharTransformerLM(keras.Model):
         self.multiple_targets = bool(multiple_targets)
         self.multiple_targets_weight = float(multiple_targets_weight)
 
+        # Named samplers and the seed variables of random ones (see CausalLMGeneration).
+        self._generation_state()
+
     def call(self, inputs, training=None):
         """Next-character logits [B, T, V] of the final layer (the transposed token
         embedding applied to the backbone's output)."""
@@ -175,7 +183,10 @@ class CharTransformerLM(keras.Model):
 
     def call_with_cache(self, token_ids, cache, cache_update_index):
         """One cached decoding step (see `CharTransformerBackbone.call_with_cache`):
-        (next-character logits [B, n, V], hidden [B, n, H], updated cache)."""
+        (next-character logits [B, n, V], hidden [B, n, H], updated cache).
+
+        Only the final layer's next-character prediction is used, as at inference in the
+        paper; `generate_ids` (`CausalLMGeneration`) decodes text with it."""
         hidden, cache = self.backbone.call_with_cache(token_ids, cache, cache_update_index)
         return self.backbone.token_embedding(hidden, reverse=True), hidden, cache
 

@@ -5,7 +5,10 @@ size 512, feed-forward size 2048 and 8 attention heads, a context of 512 charact
 0.55. The vocabulary is the 256 byte values (`charlm_vocabulary`). The paper counts 44M
 (T12) and 235M (T64) parameters, the training-only auxiliary classifiers included; built
 here: 41,106,432 / 218,661,888 in the backbone (inference), 44,138,240 / 235,405,056 with
-the classifiers of `CharTransformerLM`. "tiny" is a 2-layer model for tests and smoke runs.
+the classifiers of `CharTransformerLM`. The pipeline's "byte" tokenizer kind adds
+`<|endoftext|>` as id 256 and builds the backbone with its 257 tokens (one more embedding
+row, and one more output in each auxiliary classifier). "tiny" is a 2-layer model for tests
+and smoke runs.
 """
 
 

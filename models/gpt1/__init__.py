@@ -5,8 +5,10 @@ from lmfactory.models.gpt1.gpt1_backbone import Gpt1Backbone
 from lmfactory.models.gpt1.gpt1_causal_lm import Gpt1CausalLM
 from lmfactory.models.gpt1.gpt1_classifier import Gpt1Classifier
 from lmfactory.models.gpt1.gpt1_converters import from_huggingface
-from lmfactory.models.gpt1.gpt1_preprocessor import GPT1_TASKS, Gpt1Preprocessor
+from lmfactory.models.gpt1.gpt1_preprocessor import (GPT1_TASKS, Gpt1Preprocessor,
+                                                     pipeline_preprocessor)
 from lmfactory.models.gpt1.gpt1_presets import GPT1_PRESETS
+from lmfactory.models.gpt1.gpt1_tokenizer import Gpt1BpeTokenizer
 
 # §3.3: fine-tuning inputs add randomly initialised start and extract tokens and a
 # delimiter `$`; the vocabulary reserves them (roles "start", "delimiter", "extract") next
@@ -28,9 +30,11 @@ ARCHITECTURE = registry.register(
         presets=GPT1_PRESETS,
         tokenizer_kind="bpe",
         pretrainers={"causal_lm": Gpt1CausalLM},
-        # Gpt1Classifier reads GPT-1's own packing (Gpt1Preprocessor), not the
+        # Fine-tuning (§3.2) with the auxiliary LM loss (finetuning.task_args: lm_weight,
+        # task); its inputs are GPT-1's own packing (§3.3, Gpt1Preprocessor), not the
         # cls/sep layouts of the pipeline's ClassifierPreprocessor.
-        classifier_cls=None,
+        classifier_cls=Gpt1Classifier,
+        classifier_preprocessor=pipeline_preprocessor,
         causal_lm_cls=Gpt1CausalLM,
         special_tokens=SPECIAL_TOKENS,
         converters={"huggingface": from_huggingface},
@@ -41,4 +45,4 @@ ARCHITECTURE = registry.register(
 )
 
 __all__ = ["ARCHITECTURE", "GPT1_PRESETS", "GPT1_TASKS", "Gpt1Backbone", "Gpt1CausalLM",
-           "Gpt1Classifier", "Gpt1Preprocessor", "SPECIAL_TOKENS"]
+           "Gpt1BpeTokenizer", "Gpt1Classifier", "Gpt1Preprocessor", "SPECIAL_TOKENS"]

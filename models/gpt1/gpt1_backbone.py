@@ -4,7 +4,7 @@ Generative Pre-Training")."""
 import keras
 import keras_nlp
 
-from lmfactory.models.gpt2 import decoder_cache
+from lmfactory.models import decoder_cache
 from lmfactory.models.gpt2.gpt2_backbone import gelu_approximate
 
 
@@ -133,14 +133,14 @@ class Gpt1Backbone(keras.Model):
 
     def initial_cache(self, batch_size, max_length):
         """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
-        (`models/gpt2/decoder_cache.py`)."""
+        (`models/decoder_cache.py`)."""
         return decoder_cache.initial_cache(self.transformer_layers, batch_size, max_length,
                                            self.num_heads, self.hidden_dim // self.num_heads)
 
     def call_with_cache(self, token_ids, cache, cache_update_index):
         """Runs `token_ids` (the tokens at positions `cache_update_index`, ...) through the
         network at inference, reusing the keys/values of earlier positions from `cache`;
-        the interface `GPT2CausalLM.generate_ids` decodes with.
+        the interface `CausalLMGeneration.generate_ids` decodes with.
 
         Args:
             token_ids: int [batch, n] (n = 1 while generating, or the whole padded prompt

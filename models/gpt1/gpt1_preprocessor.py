@@ -213,3 +213,27 @@ class Gpt1Preprocessor(keras.layers.Layer):
         if isinstance(config.get("tokenizer"), dict):
             config["tokenizer"] = keras.saving.deserialize_keras_object(config["tokenizer"])
         return cls(**config)
+
+
+# What a classification task of one or two raw-text features is, by GPT-1's §3.3 input
+# transformations (the pipeline's classification data: one label per example).
+PIPELINE_TASKS = {1: ("classification",), 2: ("entailment", "similarity")}
+
+
+def pipeline_preprocessor(vocab_dir: str, sequence_length: int, num_text_features: int,
+                          task_args: dict) -> Gpt1Preprocessor:
+    """The `Architecture.classifier_preprocessor` of GPT-1: the pipeline's fine-tuning and
+    serving inputs (a tuple of one or two batches of raw strings) packed as §3.3 does.
+
+    One text feature: `classification` (`start text extract`); two: `entailment` (`start
+    premise $ hypothesis extract`, §3.3 "Textual entailment"), or `similarity` (both
+    orderings) when the recipe's `finetuning.task_args` say `task: similarity` (the
+    `Gpt1Classifier` then gets the same `task`). `multiple_choice` needs a list of answers
+    per example, which the pipeline's classification records do not have.
+    """
+    task = task_args.get("task") or PIPELINE_TASKS.get(num_text_features, ("?",))[0]
+    if task not in PIPELINE_TASKS.get(num_text_features, ()):
+        raise ValueError(f"GPT-1 fine-tuning on {num_text_features} text feature(s) packs "
+                         f"the task(s) {PIPELINE_TASKS.get(num_text_features, ())}, got "
+                         f"task {task!r}")
+    return Gpt1Preprocessor.from_vocabulary(vocab_dir, task, sequence_length)

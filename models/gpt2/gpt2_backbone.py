@@ -5,7 +5,8 @@ import math
 
 import keras
 import keras_nlp
-from keras import ops
+
+from lmfactory.models import decoder_cache
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -143,14 +144,15 @@ class GPT2Backbone(keras.Model):
             kernel.assign(initializer(kernel.shape, kernel.dtype))
 
     def initial_cache(self, batch_size, max_length):
-        """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]."""
-        head_dim = self.hidden_dim // self.num_heads
-        shape = [batch_size, self.num_layers, 2, max_length, self.num_heads, head_dim]
-        return ops.zeros(shape, dtype=self.transformer_layers[0].compute_dtype)
+        """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
+        (`models/decoder_cache.py`)."""
+        return decoder_cache.initial_cache(self.transformer_layers, batch_size, max_length,
+                                           self.num_heads, self.hidden_dim // self.num_heads)
 
     def call_with_cache(self, token_ids, cache, cache_update_index):
         """Runs `token_ids` (the tokens at positions `cache_update_index`, ...) through the
-        network at inference, reusing the keys/values of earlier positions from `cache`.
+        network at inference, reusing the keys/values of earlier positions from `cache`;
+        the interface `CausalLMGeneration.generate_ids` decodes with.
 
         Args:
             token_ids: int [batch, n], usually n = 1 during generation, or the whole padded
@@ -163,15 +165,9 @@ class GPT2Backbone(keras.Model):
             (hidden [batch, n, hidden_dim] after the final LayerNorm, updated cache).
         """
         x = self.embeddings(token_ids, start_index=cache_update_index)
-        next_cache = []
-        for i, block in enumerate(self.transformer_layers):
-            x, layer_cache = block(
-                x,
-                self_attention_cache=cache[:, i, ...],
-                self_attention_cache_update_index=cache_update_index,
-            )
-            next_cache.append(layer_cache)
-        return self.layer_norm(x), ops.stack(next_cache, axis=1)
+        x, cache = decoder_cache.call_blocks_with_cache(self.transformer_layers, x, cache,
+                                                        cache_update_index)
+        return self.layer_norm(x), cache
 
     def get_config(self):
         return {

@@ -4,8 +4,8 @@ import math
 
 import keras
 import keras_nlp
-from keras import ops
 
+from lmfactory.models import decoder_cache
 from lmfactory.models.attention import SparseTransformerDecoder
 from lmfactory.models.gpt2.gpt2_backbone import gelu_approximate
 
@@ -172,9 +172,10 @@ class GPT3Backbone(keras.Model):
             kernel.assign(initializer(kernel.shape, kernel.dtype))
 
     def initial_cache(self, batch_size, max_length):
-        """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]."""
-        shape = [batch_size, self.num_layers, 2, max_length, self.num_heads, self.head_dim]
-        return ops.zeros(shape, dtype=self.transformer_layers[0].compute_dtype)
+        """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
+        (`models/decoder_cache.py`)."""
+        return decoder_cache.initial_cache(self.transformer_layers, batch_size, max_length,
+                                           self.num_heads, self.head_dim)
 
     def call_with_cache(self, token_ids, cache, cache_update_index):
         """Runs `token_ids` (the tokens at positions `cache_update_index`, ...) through the
@@ -190,12 +191,9 @@ class GPT3Backbone(keras.Model):
             (hidden [batch, n, hidden_dim] after the final LayerNorm, updated cache).
         """
         x = self.embeddings(token_ids, start_index=cache_update_index)
-        next_cache = []
-        for i, block in enumerate(self.transformer_layers):
-            x, layer_cache = block(x, self_attention_cache=cache[:, i, ...],
-                                   self_attention_cache_update_index=cache_update_index)
-            next_cache.append(layer_cache)
-        return self.layer_norm(x), ops.stack(next_cache, axis=1)
+        x, cache = decoder_cache.call_blocks_with_cache(self.transformer_layers, x, cache,
+                                                        cache_update_index)
+        return self.layer_norm(x), cache
 
     def get_config(self):
         return {
