@@ -148,3 +148,28 @@ def write_files(output_dir: str, vocabulary: Sequence[str]) -> None:
     tf.io.gfile.makedirs(output_dir)
     with tf.io.gfile.GFile(os.path.join(output_dir, VOCABULARY_FILE), "w") as f:
         f.write("".join(token + "\n" for token in vocabulary))
+
+
+def learn_vocabulary_folder(texts: Iterable[str], vocab_dir: str, vocab_size: int,
+                            lowercase: bool = True, strip_accents: bool | None = None,
+                            min_frequency: int = 2, chunk_lines: int = 4096) -> str:
+    """Learns a WordPiece vocabulary from raw ``texts`` in this process (no Beam) and writes
+    its folder (CONTRACTS §2: ``vocab.txt`` + ``tokenizer.json``); returns ``vocab_dir``.
+
+    The same normalisation and learner as VocabularyGen, for task libraries and scripts that
+    fine-tune outside the DAG. ``strip_accents`` defaults to ``lowercase`` (BERT's uncased /
+    cased conventions)."""
+    from lmfactory.models.tokenizers import write_tokenizer_config
+
+    if strip_accents is None:
+        strip_accents = lowercase
+    counts = collections.Counter()
+    texts = list(texts)
+    for start in range(0, len(texts), chunk_lines):
+        counts.update(pretokenize_lines(texts[start:start + chunk_lines], lowercase=lowercase,
+                                        strip_accents=strip_accents))
+    vocabulary = learn_vocabulary(sorted(counts.items()), vocab_size,
+                                  min_frequency=min_frequency)
+    write_files(vocab_dir, vocabulary)
+    write_tokenizer_config(vocab_dir, tokenizer_config(lowercase, strip_accents))
+    return vocab_dir

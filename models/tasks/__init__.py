@@ -1,2 +1,19 @@
 """Fine-tuning task models that work on any encoder backbone in the registry (keras-hub's
-Task split): one class per file, each taking ``backbone`` and returning the task's outputs."""
+Task split): one class per file, each taking ``backbone`` and returning the task's outputs.
+
+Importing the package registers every task class and preprocessing layer with Keras, so a
+saved ``model.keras`` of any task loads."""
+
+from lmfactory.models.tasks.feature_based_tagger import FeatureBasedTagger
+from lmfactory.models.tasks.fold_choices import FoldChoices
+from lmfactory.models.tasks.multiple_choice import MultipleChoice
+from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
+from lmfactory.models.tasks.span_extractor import SpanExtractor
+from lmfactory.models.tasks.span_preprocessor import SpanPreprocessor
+from lmfactory.models.tasks.token_classification_preprocessor import (
+    TokenClassificationPreprocessor)
+from lmfactory.models.tasks.token_classifier import TokenClassifier
+
+__all__ = ["FeatureBasedTagger", "FoldChoices", "MultipleChoice", "MultipleChoicePreprocessor",
+           "SpanExtractor", "SpanPreprocessor", "TokenClassificationPreprocessor",
+           "TokenClassifier"]
