@@ -17,8 +17,13 @@ import yaml
 
 RECIPE_SUFFIX = ".yaml"
 FORMATS = ("text", "tsv", "csv", "jsonl", "tfds")
-TASKS = ("classification", "causal_lm")
-METRICS = ("accuracy", "f1", "macro_f1", "perplexity", "bits_per_character")
+TASKS = ("classification", "regression", "causal_lm")
+# evaluation.metric of each fine-tuning task (components/evaluator/metrics.py)
+TASK_METRICS = {"classification": ("accuracy", "f1", "macro_f1", "matthews_corrcoef"),
+                "regression": ("pearson", "spearman", "mse"),
+                "causal_lm": ("perplexity", "bits_per_character")}
+METRICS = tuple(metric for metrics in TASK_METRICS.values() for metric in metrics)
+SUPERVISED_TASKS = ("classification", "regression")  # a head on the encoder, raw task records
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "default")
 RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")
 
@@ -120,7 +125,26 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> dict:
     if not isinstance(raw, dict):
         raise RecipeError("<file>", f"{path} must hold a mapping")
     raw.setdefault("name", os.path.splitext(os.path.basename(path))[0])
-    return validate(_merge(DEFAULTS, apply_overrides(raw, overrides)))
+    raw = apply_overrides(raw, overrides)
+    return validate(_merge(_merge(DEFAULTS, _task_preset_defaults(raw)), raw))
+
+
+def _task_preset_defaults(raw: dict) -> dict:
+    """The defaults a named task source brings (``data.task: {glue: CoLA, dir: ...}``): the
+    task kind, text features and number of classes of ``finetuning`` and the task's official
+    ``evaluation.metric``; the recipe's own values win."""
+    source = (raw.get("data") or {}).get("task") if isinstance(raw.get("data"), dict) else None
+    if not isinstance(source, dict) or "glue" not in source:
+        finetuning = raw.get("finetuning")
+        if isinstance(finetuning, dict) and finetuning.get("task") == "regression":
+            return {"finetuning": {"num_classes": 1}}  # one output unless the recipe says
+        return {}
+    from lmfactory.components.example_gen import glue
+
+    try:
+        return glue.finetuning_defaults(source["glue"])
+    except ValueError as error:
+        raise RecipeError("data.task.glue", str(error)) from error
 
 
 class _Checker:
@@ -171,6 +195,9 @@ class _Checker:
 
 
 def _check_source(check: _Checker, field: str) -> None:
+    if "glue" in (check.get(field) or {}):
+        _check_glue_source(check, field)
+        return
     check.choice(f"{field}.format", FORMATS)
     source = check.get(field)
     if source["format"] == "tfds":
@@ -179,6 +206,37 @@ def _check_source(check: _Checker, field: str) -> None:
         raise RecipeError(f"{field}.path", "give 'path' (with eval_fraction) or 'splits'")
     if "eval_fraction" in source:
         check.fraction(f"{field}.eval_fraction", 0.0, 0.9)
+
+
+def _check_glue_source(check: _Checker, field: str) -> None:
+    """A GLUE task named by ``glue`` (components/example_gen/glue.py) in the folder ``dir``:
+    the task's train/dev files, columns and label come from the preset."""
+    from lmfactory.components.example_gen import glue
+
+    source = check.get(field)
+    check.choice(f"{field}.glue", tuple(glue.TASKS))
+    directory = source.get("dir")
+    if not isinstance(directory, str) or not directory:
+        raise RecipeError(f"{field}.dir", f"must be the folder holding the GLUE task's "
+                                          f"train/dev files, got {directory!r}")
+    unknown = sorted(set(source) - {"glue", "dir"})
+    if unknown:
+        raise RecipeError(field, f"a GLUE task source takes 'glue' and 'dir' only, got "
+                                 f"{unknown}")
+    task = glue.get(source["glue"])
+    finetuning = check.recipe["finetuning"]
+    if finetuning.get("task") != task.kind:
+        raise RecipeError("finetuning.task", f"GLUE {task.name} is a {task.kind} task, got "
+                                             f"{finetuning.get('task')!r}")
+    features = finetuning.get("text_features")
+    if not isinstance(features, list) or not set(features) <= set(task.text_features):
+        raise RecipeError("finetuning.text_features", f"GLUE {task.name}'s text features are "
+                                                      f"{list(task.text_features)}; got "
+                                                      f"{features!r}")
+    if finetuning.get("num_classes") != task.num_classes:
+        raise RecipeError("finetuning.num_classes", f"GLUE {task.name} has "
+                                                    f"{task.num_classes} output(s), got "
+                                                    f"{finetuning.get('num_classes')!r}")
 
 
 def _check_pretraining_data(check: _Checker, architecture: str) -> str:
@@ -276,9 +334,10 @@ def validate(recipe: dict) -> dict:
         objective = _check_pretraining_data(check, architecture)
     elif not isinstance(init_checkpoint, str):
         raise RecipeError("pretraining.init_checkpoint", "must be the path of a checkpoint folder")
-    elif recipe["finetuning"].get("task") != "classification":
+    elif recipe["finetuning"].get("task") not in SUPERVISED_TASKS:
         raise RecipeError("pretraining.init_checkpoint", "starting from a published checkpoint "
-                                                         "is supported for classification")
+                                                         "is supported for classification and "
+                                                         "regression")
     else:
         objective = None  # the checkpoint's tokenizer and weights replace corpus learning
     _check_teacher(check, recipe, architecture, objective)
@@ -300,23 +359,27 @@ def validate(recipe: dict) -> dict:
                                                     "arguments")
     task = check.choice("finetuning.task", TASKS)
     family = models.get(architecture).family
-    if task == "classification":
+    if task in SUPERVISED_TASKS:
         if models.get(architecture).classifier_cls is None:
             raise RecipeError("finetuning.task", f"{architecture} has no classifier for "
-                                                 f"classification fine-tuning")
-        _check_source(check, "data.task")
+                                                 f"{task} fine-tuning")
         check.string_list("finetuning.text_features")
         if len(recipe["finetuning"]["text_features"]) > 2:
             raise RecipeError("finetuning.text_features", "one or two text features")
         check.positive_int("finetuning.num_classes")
+        if task == "regression" and recipe["finetuning"]["num_classes"] != 1:
+            raise RecipeError("finetuning.num_classes", f"a regression task has one output, "
+                                                        f"got {recipe['finetuning']['num_classes']}")
         check.positive_int("finetuning.sequence_length")
+        _check_source(check, "data.task")
     else:
         if family != "decoder" or objective != "causal_lm":
             raise RecipeError("finetuning.task", "causal_lm fine-tuning needs a decoder")
         _check_source(check, "data.target_corpus")
-    check.choice("evaluation.metric", METRICS)
+    check.choice("evaluation.metric", TASK_METRICS[task])
     if check.get("evaluation.threshold", required=False) is not None:
-        check.fraction("evaluation.threshold", 0.0, 1e9)
+        # a correlation (Matthews, Pearson, Spearman) may be blessed above a negative value
+        check.fraction("evaluation.threshold", -1.0, 1e9)
     check.get("serving.model_name")
     check.choice("runtime.strategy", STRATEGIES)
     check.boolean("runtime.jit_compile")

@@ -5,7 +5,7 @@
       (or CheckpointImporter: published weights, recipe pretraining.init_checkpoint)
       (or, with a recipe teacher: TeacherExampleGen -> TeacherPretrainer -> Distiller;
        task_distillation: TeacherFineTuner -> TaskDistiller replaces FineTuner)
-    TaskExampleGen (classification)  ──────────────────────────────────────── FineTuner
+    TaskExampleGen (classification, regression; GLUE presets) ─────────────── FineTuner
       or TargetExampleGen -> TargetLMExampleGen (causal LM fine-tuning) ──────┘    │
     LatestBlessedModelResolver ──────────────────────────────── LMEvaluator <───────┤
                                                                   └──> Pusher <────┘
@@ -21,6 +21,7 @@ from lmfactory import models
 from lmfactory.components.checkpoint_import.component import CheckpointImporter
 from lmfactory.components.distiller.component import Distiller
 from lmfactory.components.evaluator.component import LMEvaluator
+from lmfactory.components.example_gen import glue
 from lmfactory.components.example_gen.component import TextExampleGen
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
 from lmfactory.components.vocabulary.component import VocabularyGen
@@ -52,6 +53,32 @@ def _absolute_paths(source: dict) -> dict:
     if source.get("data_dir"):
         source["data_dir"] = resolve(source["data_dir"])
     return source
+
+
+def task_input_config(source: dict) -> dict:
+    """TextExampleGen's input_config of the recipe's ``data.task``: as given, or, for a named
+    GLUE task (``{glue: CoLA, dir: ...}``), the preset's files and columns
+    (components/example_gen/glue.py), whose first lines are checked now when they are local
+    (a file of another shape fails here, naming the file and the columns it expected)."""
+    if "glue" not in source:
+        return _absolute_paths(source)
+    directory = _resolve_path(source["dir"])
+    if "://" not in directory:
+        glue.check_files(source["glue"], directory)
+    return glue.input_config(source["glue"], directory)
+
+
+def task_record(recipe: dict) -> dict:
+    """The fine-tuning task record (CONTRACTS §4 ``task``) of a classification or regression
+    recipe; a GLUE source adds its label fields and official metrics."""
+    finetuning = recipe["finetuning"]
+    task = {"kind": finetuning["task"], "text_features": finetuning["text_features"],
+            "num_classes": finetuning["num_classes"],
+            "sequence_length": finetuning["sequence_length"]}
+    source = recipe["data"]["task"]
+    if "glue" in source:
+        task.update(glue.task_record(source["glue"]))
+    return task
 
 
 def _trainer_config(recipe: dict, settings: dict, task: dict | None,
@@ -164,13 +191,11 @@ def _teacher_stage(recipe: dict, corpus, vocabulary) -> list:
 def create_components(recipe: dict, serving_dir: str) -> list:
     components, pretrained_model, vocabulary, teacher = _pretraining_stage(recipe)
     finetuning = recipe["finetuning"]
-    if finetuning["task"] == "classification":
+    if finetuning["task"] in ("classification", "regression"):
         task_gen = TextExampleGen(
-            input_config=_absolute_paths(recipe["data"]["task"])).with_id("TaskExampleGen")
+            input_config=task_input_config(recipe["data"]["task"])).with_id("TaskExampleGen")
         task_examples = task_gen.outputs["examples"]
-        task = {"kind": "classification", "text_features": finetuning["text_features"],
-                "num_classes": finetuning["num_classes"],
-                "sequence_length": finetuning["sequence_length"]}
+        task = task_record(recipe)
         components.append(task_gen)
     else:
         target_gen = TextExampleGen(

@@ -1,6 +1,11 @@
 """Evaluator executor: a plain function of its inputs plus a thin TFX executor around it.
 
-Classifiers are scored through the exported ``serving_default`` signature on raw strings, so
+The ModelEvaluation artifact's ``metrics.json`` holds every metric computed, the blessing
+metric and verdict, and ``official_metrics``: the task's official GLUE figures (the task
+record's ``official_metrics``: CoLA Matthews correlation, MRPC/QQP F1 and accuracy, STS-B
+Pearson and Spearman, the others accuracy).
+
+Classifiers and regression models are scored through the exported ``serving_default`` signature on raw strings, so
 the figure is the one the pushed model will give. Language models are scored by perplexity
 on held-out pretraining-format records with the trained Keras model.
 """
@@ -39,19 +44,32 @@ def _records(file_pattern: str):
 
 
 def evaluate_classifier(model_uri: str, file_pattern: str, text_features: list[str],
-                        batch_size: int = 64) -> dict:
+                        batch_size: int = 64, task: dict | None = None) -> dict:
+    """Scores a classifier (or a regression model: ``task["kind"] == "regression"``) through
+    its exported ``serving_default`` on the raw strings of the records. Labels are read as the
+    task record says (task_data.LabelReader: int64 ``label``, a word through the
+    ``label_vocabulary``, or a float score). Classification reports accuracy, F1 of class 1,
+    macro-F1 and Matthews correlation; regression Pearson, Spearman and MSE."""
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModel uses)
 
+    from lmfactory.components.trainer.task_data import LabelReader, REGRESSION
+
+    task = dict(task or {"kind": "classification"})
+    regression = task.get("kind") == REGRESSION
+    label_reader = LabelReader.for_task(task)
     serve = tf.saved_model.load(_serving_dir(model_uri)).signatures["serving_default"]
     spec = {name: tf.io.FixedLenFeature([], tf.string) for name in text_features}
-    spec["label"] = tf.io.FixedLenFeature([], tf.int64)
+    spec.update(label_reader.spec)
     labels, predictions = [], []
     for batch in _records(file_pattern).batch(batch_size).map(
             lambda s: tf.io.parse_example(s, spec)):
         outputs = serve(**{name: batch[name] for name in text_features})
-        labels.append(batch["label"].numpy())
-        predictions.append(outputs["label"].numpy())
-    return metric_lib.classification_metrics(np.concatenate(labels), np.concatenate(predictions))
+        labels.append(label_reader(batch).numpy())
+        predictions.append(outputs["score" if regression else "label"].numpy())
+    labels, predictions = np.concatenate(labels), np.concatenate(predictions)
+    if regression:
+        return metric_lib.regression_metrics(labels, predictions)
+    return metric_lib.classification_metrics(labels, predictions)
 
 
 def evaluate_language_model(model_uri: str, file_pattern: str, batch_size: int = 16,
@@ -85,9 +103,9 @@ def evaluate_language_model(model_uri: str, file_pattern: str, batch_size: int =
 
 def evaluate(model_uri: str, file_pattern: str, config: dict) -> dict:
     task = _model_config(model_uri)["task"]
-    if task["kind"] == "classification":
+    if task["kind"] in ("classification", "regression"):
         return evaluate_classifier(model_uri, file_pattern, task["text_features"],
-                                   config.get("batch_size", 64))
+                                   config.get("batch_size", 64), task=task)
     if task.get("objective") == "causal_lm":
         return evaluate_language_model(model_uri, file_pattern, config.get("batch_size", 16),
                                        config.get("max_batches"))
@@ -108,7 +126,11 @@ def evaluate_and_bless(model_uri: str, file_pattern: str, config: dict,
     baseline_value = baseline_results[metric] if baseline_results else None
     blessed, reason = metric_lib.passes(metric, results[metric], config.get("threshold"),
                                         baseline_value)
+    task = _model_config(model_uri)["task"]
+    official = {name: results[name] for name in task.get("official_metrics", [])
+                if name in results}
     return {"metric": metric, "value": results[metric], "metrics": results,
+            "task": task.get("glue_task"), "official_metrics": official,
             "baseline_metrics": baseline_results, "threshold": config.get("threshold"),
             "blessed": blessed, "reason": reason}
 

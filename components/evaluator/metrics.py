@@ -7,8 +7,12 @@ import math
 import numpy as np
 
 # metric name -> True when larger is better
-METRICS = {"accuracy": True, "f1": True, "macro_f1": True, "perplexity": False,
+METRICS = {"accuracy": True, "f1": True, "macro_f1": True, "matthews_corrcoef": True,
+           "pearson": True, "spearman": True, "mse": False, "perplexity": False,
            "bits_per_character": False}
+# The metrics of each fine-tuning task kind (evaluation.metric must be one of its kind's).
+CLASSIFICATION_METRICS = ("accuracy", "f1", "macro_f1", "matthews_corrcoef")
+REGRESSION_METRICS = ("pearson", "spearman", "mse")
 
 
 def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
@@ -35,9 +39,83 @@ def macro_f1(labels: np.ndarray, predictions: np.ndarray) -> float:
     return float(np.mean([f1(labels, predictions, positive=c) for c in classes]))
 
 
+def matthews_corrcoef(labels, predictions) -> float:
+    """Matthews correlation coefficient (GLUE's CoLA metric; Matthews 1975): for two classes
+    ``(TP·TN − FP·FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN))``; for K classes Gorodkin's
+    (2004) generalisation from the confusion matrix C, ``(c·s − Σ_k p_k t_k) /
+    sqrt((s² − Σ p_k²)(s² − Σ t_k²))`` with c correct, s samples, p_k predicted and t_k true
+    counts of class k. 0.0 when a denominator factor is zero (all labels or all predictions
+    one class), as scikit-learn defines it."""
+    labels, predictions = np.asarray(labels).ravel(), np.asarray(predictions).ravel()
+    if labels.size == 0:
+        raise ValueError("Matthews correlation of an empty set is undefined")
+    if labels.shape != predictions.shape:
+        raise ValueError(f"{labels.size} labels but {predictions.size} predictions")
+    classes = np.union1d(labels, predictions)
+    true_counts = np.array([np.sum(labels == c) for c in classes], dtype=np.float64)
+    predicted_counts = np.array([np.sum(predictions == c) for c in classes], dtype=np.float64)
+    correct = float(np.sum(labels == predictions))
+    samples = float(labels.size)
+    numerator = correct * samples - float(np.dot(predicted_counts, true_counts))
+    denominator = math.sqrt(samples ** 2 - float(np.dot(predicted_counts, predicted_counts))) \
+        * math.sqrt(samples ** 2 - float(np.dot(true_counts, true_counts)))
+    return 0.0 if denominator == 0.0 else float(numerator / denominator)
+
+
+def pearson(labels, predictions) -> float:
+    """Pearson's r (GLUE's STS-B metric). 0.0 when either side is constant (no variance, the
+    coefficient is undefined; a constant predictor measures no correlation)."""
+    x = np.asarray(labels, dtype=np.float64).ravel()
+    y = np.asarray(predictions, dtype=np.float64).ravel()
+    if x.size < 2:
+        raise ValueError(f"a correlation needs at least two pairs, got {x.size}")
+    if x.shape != y.shape:
+        raise ValueError(f"{x.size} labels but {y.size} predictions")
+    x, y = x - x.mean(), y - y.mean()
+    denominator = math.sqrt(float(np.dot(x, x)) * float(np.dot(y, y)))
+    return 0.0 if denominator == 0.0 else float(np.dot(x, y) / denominator)
+
+
+def average_ranks(values) -> np.ndarray:
+    """1-based ranks; tied values share the mean of the ranks they span ([10, 20, 20, 30] ->
+    [1, 2.5, 2.5, 4])."""
+    values = np.asarray(values, dtype=np.float64).ravel()
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(values.size, dtype=np.float64)
+    start = 0
+    while start < values.size:
+        end = start
+        while end + 1 < values.size and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        ranks[order[start:end + 1]] = (start + end) / 2.0 + 1.0
+        start = end + 1
+    return ranks
+
+
+def spearman(labels, predictions) -> float:
+    """Spearman's rank correlation: Pearson's r of the average ranks (ties share their mean
+    rank), as scipy.stats.spearmanr computes it."""
+    return pearson(average_ranks(labels), average_ranks(predictions))
+
+
+def mse(labels, predictions) -> float:
+    x = np.asarray(labels, dtype=np.float64).ravel()
+    y = np.asarray(predictions, dtype=np.float64).ravel()
+    if x.size == 0:
+        raise ValueError("mean squared error of an empty set is undefined")
+    return float(np.mean((x - y) ** 2))
+
+
 def classification_metrics(labels, predictions) -> dict:
     return {"accuracy": accuracy(labels, predictions), "f1": f1(labels, predictions),
-            "macro_f1": macro_f1(labels, predictions), "examples": int(np.size(labels))}
+            "macro_f1": macro_f1(labels, predictions),
+            "matthews_corrcoef": matthews_corrcoef(labels, predictions),
+            "examples": int(np.size(labels))}
+
+
+def regression_metrics(labels, predictions) -> dict:
+    return {"pearson": pearson(labels, predictions), "spearman": spearman(labels, predictions),
+            "mse": mse(labels, predictions), "examples": int(np.size(labels))}
 
 
 def perplexity(total_nll: float, total_tokens: float) -> float:

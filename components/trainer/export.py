@@ -36,16 +36,21 @@ def _check_batch_of_strings(name: str, values):
 
 
 class ClassifierServing(tf.Module):
-    """``serving_default(<text feature>...) -> {probabilities [B, C], label [B]}``.
+    """``serving_default(<text feature>...) -> {probabilities [B, C], label [B]}``, and
+    ``label_name`` [B] (the label's word) when the task has a ``label_vocabulary``; for a
+    ``regression`` task (one output, e.g. STS-B's similarity) ``-> {score [B]}``.
 
     ``preprocessor``: the architecture's classifier preprocessor (raw strings -> model
     inputs); ``model`` returns the logits [B, C] or a dict holding them under ``logits``
     (a functional model's other outputs, e.g. GPT-1's ``lm_logits``, are not computed)."""
 
-    def __init__(self, preprocessor, model, text_features):
+    def __init__(self, preprocessor, model, text_features, kind: str = "classification",
+                 label_vocabulary=None):
         import keras
 
         super().__init__(name="classifier_serving")
+        if kind not in ("classification", "regression"):
+            raise ValueError(f"kind must be classification or regression, got {kind!r}")
         self.preprocessor = preprocessor
         try:  # a functional model's output structure (a subclassed one has none)
             outputs = model.output
@@ -55,6 +60,20 @@ class ClassifierServing(tf.Module):
             model = keras.Model(model.input, outputs["logits"])
         self.model = model
         self.text_features = list(text_features)
+        self.kind = kind
+        self.label_vocabulary = list(label_vocabulary or [])
+
+    def _outputs(self, logits) -> dict:
+        logits = tf.cast(logits, tf.float32)
+        if self.kind == "regression":
+            return {"score": tf.reshape(logits, [-1])}
+        probabilities = tf.nn.softmax(logits, axis=-1)
+        outputs = {"probabilities": probabilities,
+                   "label": tf.argmax(probabilities, axis=-1, output_type=tf.int64)}
+        if self.label_vocabulary:
+            outputs["label_name"] = tf.gather(tf.constant(self.label_vocabulary),
+                                              outputs["label"])
+        return outputs
 
     def signature(self):
         specs = [_string_batch_spec(name) for name in self.text_features]
@@ -67,9 +86,7 @@ class ClassifierServing(tf.Module):
             logits = self.model(packed, training=False)
             if isinstance(logits, dict):  # e.g. GPT-1's {logits, lm_logits}
                 logits = logits["logits"]
-            probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
-            return {"probabilities": probabilities,
-                    "label": tf.argmax(probabilities, axis=-1, output_type=tf.int64)}
+            return self._outputs(logits)
 
         return classify.get_concrete_function()
 
@@ -96,8 +113,10 @@ class EncoderServing(tf.Module):
 def export_serving_model(task_model, vocab_dir: str, model_config: dict, export_dir: str,
                          preprocessor=None) -> None:
     task = model_config["task"]
-    if task["kind"] == "classification":
-        module = ClassifierServing(preprocessor, task_model, task["text_features"])
+    if task["kind"] in ("classification", "regression"):
+        module = ClassifierServing(preprocessor, task_model, task["text_features"],
+                                   kind=task["kind"],
+                                   label_vocabulary=task.get("label_vocabulary"))
     elif task.get("objective") == "causal_lm":  # generation_serving.py: two signatures
         return export_generator(task_model, vocab_dir, model_config, export_dir)
     else:

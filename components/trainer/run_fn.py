@@ -5,7 +5,8 @@ One entry point, two stages told apart by the input ``Examples``:
 * pretraining records (their artifact holds ``pretraining_config.json``, CONTRACTS §3): train
   the architecture's language-model objective (BERT MLM+NSP, GPT-2 next-token). With a
   ``base_model`` this is continued LM training (GPT-2 fine-tuning on a target corpus).
-* raw task records (CONTRACTS §1): fine-tune a classifier warm-started from ``base_model``.
+* raw task records (CONTRACTS §1): fine-tune a classifier (or, for a ``regression`` task,
+  its one-output form on the mean squared error) warm-started from ``base_model``.
 
 Use it as ``tfx.components.Trainer(run_fn="lmfactory.components.trainer.run_fn.run_fn",
 custom_config=..., base_model=...)``.
@@ -120,10 +121,15 @@ def _train_classifier(fn_args, config, strategy) -> dict:
     an architecture's own, like GPT-1's §3.3 transformations); the recipe's
     ``finetuning.task_args`` go to the classifier (e.g. GPT-1's ``lm_weight``) and to its
     preprocessor. A classifier with its own ``compute_loss`` (GPT-1's L2 + λ L1) trains on
-    it; any other on the cross-entropy of its logits."""
+    it; any other on the cross-entropy of its logits.
+
+    A ``regression`` task (GLUE's STS-B) trains the same classifier with one output
+    (``num_classes=1``) on the mean squared error between it and the float label."""
     if not fn_args.base_model:
         raise ValueError("Fine-tuning a classifier needs a base_model (the pretrained Model).")
     task = config.task
+    regression = task.get("kind") == task_data.REGRESSION
+    num_outputs = 1 if regression else task["num_classes"]
     architecture = models.get(config.architecture)
     if architecture.classifier_cls is None:
         raise ValueError(f"Architecture {config.architecture!r} has no classifier head")
@@ -139,6 +145,9 @@ def _train_classifier(fn_args, config, strategy) -> dict:
         if config.teacher_model:
             # Task-specific distillation (TinyBERT §3.2): the task model trains the student
             # against the fine-tuned teacher; its `classifier` is what gets exported.
+            if regression:
+                raise ValueError("Task-specific distillation trains classifiers; a regression "
+                                 "task cannot use it")
             if architecture.classifier_distiller_cls is None:
                 raise ValueError(f"Architecture {config.architecture!r} has no task-specific "
                                  f"distillation")
@@ -149,8 +158,16 @@ def _train_classifier(fn_args, config, strategy) -> dict:
             classifier = task_model.classifier
         else:
             task_model = classifier = architecture.classifier_cls(
-                backbone, num_classes=task["num_classes"], **config.task_args)
-            if computes_own_loss(classifier):
+                backbone, num_classes=num_outputs, **config.task_args)
+            if regression and computes_own_loss(classifier):
+                raise ValueError(f"The {config.architecture} classifier computes its own "
+                                 f"classification loss; it cannot fine-tune a regression task")
+            if regression:
+                task_model.compile(
+                    optimizer=optimizer, loss=keras.losses.MeanSquaredError(),
+                    metrics=[keras.metrics.MeanAbsoluteError(name="mae")],
+                    jit_compile=config.jit_compile)
+            elif computes_own_loss(classifier):
                 task_model.compile(optimizer=optimizer, jit_compile=config.jit_compile)
             else:
                 task_model.compile(
@@ -160,7 +177,8 @@ def _train_classifier(fn_args, config, strategy) -> dict:
                     jit_compile=config.jit_compile)
     read = dict(preprocessor=preprocessor, text_features=task["text_features"],
                 batch_size=config.batch_size, seed=config.seed,
-                input_names=list(classifier.input.keys()))
+                input_names=list(classifier.input.keys()),
+                label_reader=task_data.LabelReader.for_task(task))
     train_data = task_data.make_classification_dataset(
         fn_args.train_files[0], shuffle=True, repeat=True, **read)
     eval_data = task_data.make_classification_dataset(

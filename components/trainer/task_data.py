@@ -1,21 +1,80 @@
-"""tf.data input for fine-tuning on raw task records (CONTRACTS §1)."""
+"""tf.data input for fine-tuning on raw task records (CONTRACTS §1).
+
+The label of a record is read as the task record (CONTRACTS §4 ``task``) says:
+
+* ``kind: classification``: the int64 feature ``label_feature`` (default ``label``), or, with a
+  ``label_vocabulary`` (GLUE's MNLI/QNLI/RTE words), the bytes feature ``label_feature``
+  mapped to the word's index in the vocabulary (a word outside it fails the input pipeline
+  with a message naming the feature and the vocabulary);
+* ``kind: regression``: the float feature ``label_feature`` (STS-B's similarity score).
+"""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
+CLASSIFICATION = "classification"
+REGRESSION = "regression"
+TASK_KINDS = (CLASSIFICATION, REGRESSION)
+
+
+class LabelReader:
+    """Parses the label of a batch of serialized task records: ``spec`` (the feature to
+    parse) and ``__call__(parsed) -> labels`` (int64 class ids or float32 scores)."""
+
+    def __init__(self, kind: str = CLASSIFICATION, label_feature: str = "label",
+                 label_vocabulary=None):
+        if kind not in TASK_KINDS:
+            raise ValueError(f"task kind must be one of {TASK_KINDS}, got {kind!r}")
+        if kind == REGRESSION and label_vocabulary:
+            raise ValueError("a regression task has a float label, not a label_vocabulary")
+        self.kind = kind
+        self.label_feature = label_feature
+        self.label_vocabulary = list(label_vocabulary or [])
+        if self.label_vocabulary:
+            dtype = tf.string
+        else:
+            dtype = tf.float32 if kind == REGRESSION else tf.int64
+        self.spec = {label_feature: tf.io.FixedLenFeature([], dtype)}
+        self._table = None
+        if self.label_vocabulary:
+            self._table = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(
+                    tf.constant(self.label_vocabulary),
+                    tf.range(len(self.label_vocabulary), dtype=tf.int64)),
+                default_value=-1)
+
+    @classmethod
+    def for_task(cls, task: dict) -> "LabelReader":
+        return cls(task.get("kind", CLASSIFICATION), task.get("label_feature", "label"),
+                   task.get("label_vocabulary"))
+
+    def __call__(self, parsed: dict):
+        label = parsed[self.label_feature]
+        if self._table is None:
+            return label
+        ids = self._table.lookup(tf.strings.strip(label))
+        check = tf.debugging.assert_non_negative(
+            ids, message=f"a {self.label_feature!r} value is not one of the label_vocabulary "
+                         f"{self.label_vocabulary}")
+        with tf.control_dependencies([check]):
+            return tf.identity(ids)
+
 
 def make_classification_dataset(file_pattern: str, preprocessor, text_features: list[str],
                                 batch_size: int, shuffle: bool, repeat: bool,
                                 seed: int | None = None, label_feature: str = "label",
-                                input_names=None) -> tf.data.Dataset:
+                                input_names=None, label_reader: LabelReader | None = None
+                                ) -> tf.data.Dataset:
     """Yields ``(packed inputs, label)`` batches; tokenization runs in the input pipeline.
-    ``input_names``: keep only these packed inputs (the model's input names)."""
+    ``input_names``: keep only these packed inputs (the model's input names).
+    ``label_reader``: how to read the label (default: the int64 feature ``label_feature``)."""
     files = tf.io.gfile.glob(file_pattern)
     if not files:
         raise FileNotFoundError(f"No task records match {file_pattern!r}")
+    label_reader = label_reader or LabelReader(CLASSIFICATION, label_feature)
     spec = {name: tf.io.FixedLenFeature([], tf.string) for name in text_features}
-    spec[label_feature] = tf.io.FixedLenFeature([], tf.int64)
+    spec.update(label_reader.spec)
 
     def to_model_inputs(serialized):
         parsed = tf.io.parse_example(serialized, spec)
@@ -23,7 +82,7 @@ def make_classification_dataset(file_pattern: str, preprocessor, text_features: 
         packed = preprocessor(segments)
         if input_names is not None:
             packed = {name: packed[name] for name in input_names}
-        return packed, parsed[label_feature]
+        return packed, label_reader(parsed)
 
     dataset = tf.data.TFRecordDataset(sorted(files), compression_type="GZIP")
     if shuffle:
