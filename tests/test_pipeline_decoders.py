@@ -277,7 +277,8 @@ def test_gpt3_pretrains_fine_tunes_and_pushes_a_generator(tmp_path, demo_data, s
     outcome = summary["evaluation"]
     print(f"\nGPT-3 tiny DAG: Tiny Shakespeare held-out {outcome['metrics']}")
     assert outcome["blessed"] is True and outcome["metric"] == "perplexity"
-    assert 1.0 < outcome["metrics"]["perplexity"] < 600 * 2
+    # Better than the uniform model over the 600-token vocabulary.
+    assert outcome["metrics"]["perplexity"] < 600
     fine_tuned = tf.io.gfile.glob(f"{root}/FineTuner/model/*")[0]
     backbone = read_model_config(fine_tuned)["backbone_config"]
     assert backbone["attention_band"] == 8 and backbone["num_layers"] == 2
