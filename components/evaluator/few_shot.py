@@ -108,19 +108,11 @@ class _LineErrors:
         self.skipped.append(message)
 
 
-def _open_lines(path: str):
-    import tensorflow as tf
+def _open_lines(path: str) -> list[str]:
+    # Imported here: the example_gen package pulls in TFX, which scoring does not need.
+    from lmfactory.components.example_gen import multiple_choice
 
-    if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(f"Task data file {path!r} does not exist")
-    with tf.io.gfile.GFile(path, "rb") as f:
-        raw = f.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = raw[:error.start].count(b"\n") + 1
-        raise FewShotError(f"{path}:{line}: invalid UTF-8 ({error.reason})") from None
-    return text.removeprefix("\ufeff").splitlines()
+    return multiple_choice.read_text(path, FewShotError, "Task data file").splitlines()
 
 
 SST2_LABEL_WORDS = (" negative", " positive")

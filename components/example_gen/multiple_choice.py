@@ -133,19 +133,23 @@ class _Malformed:
                             self.path, len(self.lines), examples)
 
 
-def _read_text(path: str) -> str:
+def read_text(path: str, error_cls=None, what: str = "Multiple-choice data file") -> str:
+    """A whole UTF-8 file (any ``tf.io.gfile`` path) without its BOM. A missing file raises
+    FileNotFoundError; invalid UTF-8 raises ``error_cls`` (default MultipleChoiceDataError)
+    naming the file and line."""
     import tensorflow as tf
 
     path = os.fspath(path)
     if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(f"Multiple-choice data file {path!r} does not exist")
+        raise FileNotFoundError(f"{what} {path!r} does not exist")
     with tf.io.gfile.GFile(path, "rb") as f:
         raw = f.read()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         line = raw[:error.start].count(b"\n") + 1
-        raise MultipleChoiceDataError(f"{path}:{line}: invalid UTF-8 ({error.reason})") from None
+        raise (error_cls or MultipleChoiceDataError)(
+            f"{path}:{line}: invalid UTF-8 ({error.reason})") from None
     return text.removeprefix("\ufeff")
 
 
@@ -185,7 +189,7 @@ def read_commonsenseqa(path: str, require_labels: bool = True,
             first well-formed question (5 in CommonsenseQA).
         strict: raise on the first malformed line instead of counting it.
     """
-    text = _read_text(path)
+    text = read_text(path)
     malformed = _Malformed(os.fspath(path), strict)
     examples, numbers, unlabeled, shape_errors, objects = [], [], [], [], 0
     for number, line in enumerate(text.splitlines(), start=1):
@@ -290,7 +294,7 @@ def read_swag(path: str, require_labels: bool = True,
             with False, a file without one gives the label `NO_LABEL`.
         strict: raise on the first malformed line instead of counting it.
     """
-    text = _read_text(path)
+    text = read_text(path)
     malformed = _Malformed(os.fspath(path), strict)
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
