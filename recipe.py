@@ -15,14 +15,21 @@ from importlib import resources
 
 import yaml
 
+from lmfactory.components import tasks as task_kinds
+from lmfactory.components.example_gen import formats as ingest_formats
+
 RECIPE_SUFFIX = ".yaml"
-FORMATS = ("text", "tsv", "csv", "jsonl", "tfds")
-TASKS = ("classification", "regression", "causal_lm")
+FORMATS = ingest_formats.ALL_FORMATS  # text, tsv, csv, jsonl, tfds and the task formats
+# Task kinds with their own head, data format, serving and metrics (components/tasks).
+HEAD_TASKS = task_kinds.names()  # tagging, span_qa, multiple_choice
+TASKS = ("classification", "regression", "causal_lm") + HEAD_TASKS
 # evaluation.metric of each fine-tuning task (components/evaluator/metrics.py)
 TASK_METRICS = {"classification": ("accuracy", "f1", "macro_f1", "matthews_corrcoef"),
                 "regression": ("pearson", "spearman", "mse"),
-                "causal_lm": ("perplexity", "bits_per_character")}
-METRICS = tuple(metric for metrics in TASK_METRICS.values() for metric in metrics)
+                "causal_lm": ("perplexity", "bits_per_character"),
+                **{kind.name: kind.metrics for kind in task_kinds.KINDS.values()}}
+METRICS = tuple(dict.fromkeys(metric for metrics in TASK_METRICS.values()
+                              for metric in metrics))
 SUPERVISED_TASKS = ("classification", "regression")  # a head on the encoder, raw task records
 STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "default")
 RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")
@@ -239,6 +246,33 @@ def _check_glue_source(check: _Checker, field: str) -> None:
                                                     f"{finetuning.get('num_classes')!r}")
 
 
+def _check_head_task(check: _Checker, recipe: dict, architecture: str, task: str) -> None:
+    """A tagging / span_qa / multiple_choice task: an encoder, the kind's data format, the
+    kind's task_args."""
+    from lmfactory import models
+
+    kind = task_kinds.get(task)
+    arch = models.get(architecture)
+    if arch.family != "encoder":
+        raise RecipeError("finetuning.task", f"{task} fine-tuning needs an encoder; "
+                                             f"{architecture} is a {arch.family}")
+    if task == "span_qa" and arch.tokenizer_kind != "wordpiece":
+        raise RecipeError("finetuning.task", f"span_qa maps answers through WordPiece "
+                                             f"offsets; {architecture} tokenizes with "
+                                             f"{arch.tokenizer_kind}")
+    if task == "multiple_choice" and arch.classifier_preprocessor is not None:
+        raise RecipeError("finetuning.task", f"{architecture} packs its inputs its own way; "
+                                             f"multiple_choice packs [CLS] context [SEP] "
+                                             f"choice [SEP]")
+    check.positive_int("finetuning.sequence_length")
+    _check_source(check, "data.task")
+    check.choice("data.task.format", kind.formats)
+    unknown = sorted(set(recipe["finetuning"].get("task_args", {})) - set(kind.task_args))
+    if unknown:
+        raise RecipeError("finetuning.task_args", f"{task} takes {list(kind.task_args)}; got "
+                                                  f"{unknown}")
+
+
 def _check_pretraining_data(check: _Checker, architecture: str) -> str:
     """The tokenizer, objective and corpus fields of a recipe that pretrains; returns the
     objective name."""
@@ -334,10 +368,10 @@ def validate(recipe: dict) -> dict:
         objective = _check_pretraining_data(check, architecture)
     elif not isinstance(init_checkpoint, str):
         raise RecipeError("pretraining.init_checkpoint", "must be the path of a checkpoint folder")
-    elif recipe["finetuning"].get("task") not in SUPERVISED_TASKS:
+    elif recipe["finetuning"].get("task") not in SUPERVISED_TASKS + HEAD_TASKS:
         raise RecipeError("pretraining.init_checkpoint", "starting from a published checkpoint "
-                                                         "is supported for classification and "
-                                                         "regression")
+                                                         "is supported for encoder tasks, not "
+                                                         "causal_lm fine-tuning")
     else:
         objective = None  # the checkpoint's tokenizer and weights replace corpus learning
     _check_teacher(check, recipe, architecture, objective)
@@ -372,6 +406,8 @@ def validate(recipe: dict) -> dict:
                                                         f"got {recipe['finetuning']['num_classes']}")
         check.positive_int("finetuning.sequence_length")
         _check_source(check, "data.task")
+    elif task in HEAD_TASKS:
+        _check_head_task(check, recipe, architecture, task)
     else:
         if family != "decoder" or objective != "causal_lm":
             raise RecipeError("finetuning.task", "causal_lm fine-tuning needs a decoder")

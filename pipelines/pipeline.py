@@ -5,7 +5,8 @@
       (or CheckpointImporter: published weights, recipe pretraining.init_checkpoint)
       (or, with a recipe teacher: TeacherExampleGen -> TeacherPretrainer -> Distiller;
        task_distillation: TeacherFineTuner -> TaskDistiller replaces FineTuner)
-    TaskExampleGen (classification, regression; GLUE presets) ─────────────── FineTuner
+    TaskExampleGen (classification, regression, GLUE presets; tagging, span_qa,
+      multiple_choice: CoNLL / SQuAD / CommonsenseQA / SWAG files) ─────────── FineTuner
       or TargetExampleGen -> TargetLMExampleGen (causal LM fine-tuning) ──────┘    │
     LatestBlessedModelResolver ──────────────────────────────── LMEvaluator <───────┤
                                                                   └──> Pusher <────┘
@@ -18,6 +19,7 @@ import os
 from tfx import v1 as tfx
 
 from lmfactory import models
+from lmfactory.components import tasks as task_kinds
 from lmfactory.components.checkpoint_import.component import CheckpointImporter
 from lmfactory.components.distiller.component import Distiller
 from lmfactory.components.evaluator.component import LMEvaluator
@@ -72,6 +74,9 @@ def task_record(recipe: dict) -> dict:
     """The fine-tuning task record (CONTRACTS §4 ``task``) of a classification or regression
     recipe; a GLUE source adds its label fields and official metrics."""
     finetuning = recipe["finetuning"]
+    if finetuning["task"] in task_kinds.names():  # tagging, span_qa, multiple_choice
+        return task_kinds.get(finetuning["task"]).task_record(finetuning,
+                                                              recipe["data"]["task"])
     task = {"kind": finetuning["task"], "text_features": finetuning["text_features"],
             "num_classes": finetuning["num_classes"],
             "sequence_length": finetuning["sequence_length"]}
@@ -191,7 +196,7 @@ def _teacher_stage(recipe: dict, corpus, vocabulary) -> list:
 def create_components(recipe: dict, serving_dir: str) -> list:
     components, pretrained_model, vocabulary, teacher = _pretraining_stage(recipe)
     finetuning = recipe["finetuning"]
-    if finetuning["task"] in ("classification", "regression"):
+    if finetuning["task"] in ("classification", "regression") + task_kinds.names():
         task_gen = TextExampleGen(
             input_config=task_input_config(recipe["data"]["task"])).with_id("TaskExampleGen")
         task_examples = task_gen.outputs["examples"]

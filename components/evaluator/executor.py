@@ -1,9 +1,14 @@
 """Evaluator executor: a plain function of its inputs plus a thin TFX executor around it.
 
 The ModelEvaluation artifact's ``metrics.json`` holds every metric computed, the blessing
-metric and verdict, and ``official_metrics``: the task's official GLUE figures (the task
-record's ``official_metrics``: CoLA Matthews correlation, MRPC/QQP F1 and accuracy, STS-B
-Pearson and Spearman, the others accuracy).
+metric and verdict, and ``official_metrics``: the task's official figures (the task
+record's ``official_metrics``: GLUE's CoLA Matthews correlation, MRPC/QQP F1 and accuracy,
+STS-B Pearson and Spearman, the others accuracy; entity F1 / precision / recall for tagging;
+SQuAD EM / F1; multiple-choice accuracy). Beside it, ``report.md`` and ``report.html``: the
+metrics, the verdict, the training curve and, where the task has classes, the confusion
+matrix (components/evaluator/report.py).
+
+Tagging, span QA and multiple choice are scored by their task kind (components/tasks).
 
 Classifiers and regression models are scored through the exported ``serving_default`` signature on raw strings, so
 the figure is the one the pushed model will give. Language models are scored by perplexity
@@ -22,9 +27,11 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
 from lmfactory.components.evaluator import metrics as metric_lib
+from lmfactory.components.evaluator import report as report_lib
 
 REPORT_JSON = "metrics.json"
-REPORT_MD = "report.md"
+CONFUSION_KEY = "confusion_matrix"  # {"labels": [...], "matrix": [[...]]} in the metrics
+TRAINING_CURVE = "training_curve.json"  # the Trainer's, in the Model artifact's keras/
 
 
 def _serving_dir(model_uri: str) -> str:
@@ -69,7 +76,12 @@ def evaluate_classifier(model_uri: str, file_pattern: str, text_features: list[s
     labels, predictions = np.concatenate(labels), np.concatenate(predictions)
     if regression:
         return metric_lib.regression_metrics(labels, predictions)
-    return metric_lib.classification_metrics(labels, predictions)
+    results = metric_lib.classification_metrics(labels, predictions)
+    num_classes = int(task.get("num_classes") or 1 + max(labels.max(), predictions.max()))
+    names = task.get("label_vocabulary") or [str(i) for i in range(num_classes)]
+    results[CONFUSION_KEY] = {"labels": list(names), "matrix": report_lib.confusion_matrix(
+        labels, predictions, num_classes).tolist()}
+    return results
 
 
 def evaluate_language_model(model_uri: str, file_pattern: str, batch_size: int = 16,
@@ -102,7 +114,12 @@ def evaluate_language_model(model_uri: str, file_pattern: str, batch_size: int =
 
 
 def evaluate(model_uri: str, file_pattern: str, config: dict) -> dict:
+    from lmfactory.components import tasks as task_kinds
+
     task = _model_config(model_uri)["task"]
+    if task["kind"] in task_kinds.names():  # tagging, span_qa, multiple_choice
+        return task_kinds.get(task["kind"]).evaluate(model_uri, file_pattern, task,
+                                                     config.get("batch_size", 64))
     if task["kind"] in ("classification", "regression"):
         return evaluate_classifier(model_uri, file_pattern, task["text_features"],
                                    config.get("batch_size", 64), task=task)
@@ -135,16 +152,27 @@ def evaluate_and_bless(model_uri: str, file_pattern: str, config: dict,
             "blessed": blessed, "reason": reason}
 
 
-def write_report(outcome: dict, evaluation_dir: str) -> None:
+def write_report(outcome: dict, evaluation_dir: str, model_uri: str | None = None) -> dict:
+    """Writes ``metrics.json`` (every metric, the blessing, the official metrics) and the
+    human-readable ``report.md`` / ``report.html`` (report.py) with the model's training
+    curve (the Trainer's ``keras/training_curve.json``) and, where the task has classes,
+    its confusion matrix."""
+    from lmfactory.components.trainer.training_curve import load_curve
+
     tf.io.gfile.makedirs(evaluation_dir)
     with tf.io.gfile.GFile(os.path.join(evaluation_dir, REPORT_JSON), "w") as f:
         json.dump(outcome, f, indent=2, sort_keys=True)
-    rows = "\n".join(f"| {name} | {value:.4f} |" if isinstance(value, float)
-                     else f"| {name} | {value} |" for name, value in outcome["metrics"].items())
-    verdict = "BLESSED" if outcome["blessed"] else "NOT BLESSED"
-    with tf.io.gfile.GFile(os.path.join(evaluation_dir, REPORT_MD), "w") as f:
-        f.write(f"# Evaluation\n\n| metric | value |\n|---|---|\n{rows}\n\n"
-                f"**{verdict}**: {outcome['reason']}\n")
+    curve = load_curve(os.path.join(model_uri, "keras", TRAINING_CURVE)) if model_uri else None
+    metrics = dict(outcome["metrics"])
+    confusion = metrics.pop(CONFUSION_KEY, None)
+    shown = dict(outcome, metrics=metrics)
+    if shown.get("baseline_metrics"):
+        shown["baseline_metrics"] = {name: value for name, value in
+                                     shown["baseline_metrics"].items() if name != CONFUSION_KEY}
+    return report_lib.write_report(
+        shown, evaluation_dir, curve=curve,
+        confusion=np.array(confusion["matrix"]) if confusion else None,
+        class_names=confusion["labels"] if confusion else None)
 
 
 class Executor(base_executor.BaseExecutor):
@@ -161,7 +189,7 @@ class Executor(base_executor.BaseExecutor):
         pattern = os.path.join(artifact_utils.get_split_uri([examples], split), "*")
         outcome = evaluate_and_bless(model.uri, pattern, config, baseline_uri)
         evaluation = artifact_utils.get_single_instance(output_dict["evaluation"])
-        write_report(outcome, evaluation.uri)
+        write_report(outcome, evaluation.uri, model.uri)
         blessing = artifact_utils.get_single_instance(output_dict["blessing"])
         _write_blessing(blessing, model, outcome["blessed"], baseline_uri)
         logging.info("Evaluation: %s", outcome["reason"])

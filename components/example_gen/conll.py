@@ -27,7 +27,7 @@ from typing import Iterable, Iterator, List, Optional, Tuple
 
 from lmfactory.components.example_gen import formats
 
-CONLL_FORMAT = "conll"
+CONLL_FORMAT = formats.CONLL_FORMAT
 TOKENS_FEATURE = "tokens"
 TAGS_FEATURE = "tags"
 DOCSTART = "-DOCSTART-"

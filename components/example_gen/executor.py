@@ -1,4 +1,5 @@
-"""TextExampleGen executor: raw text/TSV/CSV/JSONL files or a prepared TFDS dataset -> Examples.
+"""TextExampleGen executor: raw text/TSV/CSV/JSONL files, task files (CoNLL tagging, SQuAD
+JSON, CommonsenseQA JSONL, SWAG CSV) or a prepared TFDS dataset -> Examples.
 
 :func:`ingest` does the work as a plain function (config dict in, report dict out); the TFX
 :class:`Executor` only unpacks exec properties, calls it with its own Beam pipeline factory and
@@ -28,7 +29,7 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
-from lmfactory.components.example_gen import formats
+from lmfactory.components.example_gen import conll, formats, multiple_choice, squad
 
 EXAMPLES_KEY = "examples"
 INPUT_CONFIG_KEY = "input_config"
@@ -310,10 +311,16 @@ def _flat_tfds_features(features, tfds, prefix: str = "") -> Dict[str, Any]:
 
 
 class RawRecord(NamedTuple):
-    """One record as read from a file: its bytes (None when over-long) and the file's columns."""
+    """One record as read from a file: its bytes (None when over-long) and the file's columns.
+
+    ``bad``: why a task reader rejected the record (it is counted as ``malformed``);
+    ``partition_key``: the bytes the train/eval hash split looks at instead of the payload
+    (a SQuAD question's article title, so an article's questions share a split)."""
     source: str
     payload: Optional[bytes]
     columns: Tuple[str, ...] = ()
+    bad: Optional[str] = None
+    partition_key: Optional[bytes] = None
 
 
 def file_records(path: str, handle, options: formats.FormatOptions) -> Iterator[RawRecord]:
@@ -327,7 +334,30 @@ def file_records(path: str, handle, options: formats.FormatOptions) -> Iterator[
     lines = formats.iter_file_lines(handle.read, options.max_line_bytes)
     if options.format == formats.TEXT_FORMAT:
         lines = formats.split_documents(lines, options.max_line_bytes)
+    elif options.format == formats.CONLL_FORMAT:
+        lines = conll.split_sentences(lines)
     yield from (RawRecord(path, line) for line in lines)
+
+
+def whole_file_records(path: str, options: formats.FormatOptions) -> Iterator[RawRecord]:
+    """The records of a file its task reader reads whole: one serialized Example per question
+    (SQuAD JSON, CommonsenseQA JSONL, SWAG CSV), and one ``bad`` record per malformed entry
+    or line, so the ingestion report counts them. A training or evaluation split needs
+    answers: a multiple-choice file without them (a released test split) fails here."""
+    if options.format == formats.SQUAD_FORMAT:
+        for entry in squad.iter_questions(path):
+            if isinstance(entry, squad.MalformedSquadEntry):
+                yield RawRecord(path, None, bad=str(entry))
+            else:
+                yield RawRecord(path, squad.to_tf_example(entry).SerializeToString(),
+                                partition_key=entry.title.encode("utf-8"))
+        return
+    data = multiple_choice.read_multiple_choice(path, format=options.format,
+                                                require_labels=True)
+    for example in data.examples:
+        yield RawRecord(path, multiple_choice.to_tf_example(example).SerializeToString())
+    for line in data.malformed:
+        yield RawRecord(path, None, bad=str(line))
 
 
 class _ReadFileRecordsFn(beam.DoFn):
@@ -338,6 +368,9 @@ class _ReadFileRecordsFn(beam.DoFn):
 
     def process(self, readable_file: fileio.ReadableFile) -> Iterator[RawRecord]:
         path = readable_file.metadata.path
+        if self._options.format in formats.WHOLE_FILE_FORMATS:
+            yield from whole_file_records(path, self._options)
+            return
         with readable_file.open(compression_type=CompressionTypes.AUTO) as handle:
             yield from file_records(path, handle, self._options)
 
@@ -345,7 +378,8 @@ class _ReadFileRecordsFn(beam.DoFn):
 def eval_partition(record: RawRecord, num_partitions: int, eval_fraction: float) -> int:
     """1 (eval) for a fraction ``eval_fraction`` of records chosen by a hash of their content."""
     del num_partitions  # Always [train, eval].
-    content = record.payload if record.payload is not None else record.source.encode("utf-8")
+    content = record.partition_key or record.payload
+    content = content if content is not None else record.source.encode("utf-8")
     bucket = int.from_bytes(hashlib.blake2b(content, digest_size=8).digest(), "big")
     return int(bucket / 2**64 < eval_fraction)
 
@@ -373,7 +407,9 @@ class _ParseRecordsFn(beam.DoFn):
         self._bundle_counts = collections.Counter()
 
     def process(self, record: Any) -> Iterator[bytes]:
-        if isinstance(record, RawRecord):
+        if isinstance(record, RawRecord) and record.bad:
+            result = formats.BadRecord(formats.MALFORMED, record.bad)
+        elif isinstance(record, RawRecord):
             result = formats.parse_record(record.payload, self._options, record.columns)
         else:
             result = formats.parse_record(record, self._options)

@@ -33,7 +33,16 @@ TSV_FORMAT = "tsv"
 CSV_FORMAT = "csv"
 JSONL_FORMAT = "jsonl"
 TFDS_FORMAT = "tfds"
-FILE_FORMATS = (TEXT_FORMAT, TSV_FORMAT, CSV_FORMAT, JSONL_FORMAT)
+# Task formats: CoNLL tagging files (a record per sentence, conll.py), and whole-file formats
+# whose file is read by its task reader, one record per question: SQuAD JSON (squad.py),
+# CommonsenseQA JSONL and SWAG CSV (multiple_choice.py).
+CONLL_FORMAT = "conll"
+SQUAD_FORMAT = "squad"
+COMMONSENSEQA_FORMAT = "commonsenseqa"
+SWAG_FORMAT = "swag"
+WHOLE_FILE_FORMATS = (SQUAD_FORMAT, COMMONSENSEQA_FORMAT, SWAG_FORMAT)
+FILE_FORMATS = ((TEXT_FORMAT, TSV_FORMAT, CSV_FORMAT, JSONL_FORMAT, CONLL_FORMAT)
+                + WHOLE_FILE_FORMATS)
 TABLE_FORMATS = (TSV_FORMAT, CSV_FORMAT)
 ALL_FORMATS = FILE_FORMATS + (TFDS_FORMAT,)
 
@@ -474,4 +483,11 @@ def parse_record(record: Any, options: FormatOptions, columns: Sequence[str] = (
         return parse_json_line(record, options)
     if options.format == TFDS_FORMAT:
         return parse_tfds_record(record, options)
+    if options.format == CONLL_FORMAT:
+        from lmfactory.components.example_gen import conll  # conll.py imports this module
+
+        return conll.parse_conll_sentence(record, options)
+    if options.format in WHOLE_FILE_FORMATS:
+        # The task reader already made (and checked) the Example: the payload is its bytes.
+        return example_pb2.Example.FromString(record)
     raise ValueError(f"unknown format {options.format!r}; expected one of {ALL_FORMATS}")

@@ -153,12 +153,7 @@ def _entries(dataset: dict, path: str, version_2: bool) -> Iterator:
                     yield error
 
 
-def read_squad(path: str, skip_malformed: bool = False) -> SquadFile:
-    """Reads a SQuAD v1.1 or v2.0 JSON file into question records (file order).
-
-    Raises ``MalformedSquadEntry`` (a ValueError) naming the file and entry at the first
-    malformed entry, unless ``skip_malformed``: then such entries are counted and left out.
-    """
+def _load_dataset(path: str) -> dict:
     import tensorflow as tf
 
     with tf.io.gfile.GFile(path, "rb") as f:
@@ -169,14 +164,42 @@ def read_squad(path: str, skip_malformed: bool = False) -> SquadFile:
         raise ValueError(f"{path}: not a SQuAD JSON file ({error})") from error
     if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
         raise ValueError(f"{path}: a SQuAD file is an object with a 'data' list of articles")
+    return dataset
+
+
+def _is_version_2(dataset: dict) -> bool:
     version = str(dataset.get("version", ""))
-    version_2 = version.startswith("v2") or version.startswith("2")
-    records, malformed, messages = [], collections.Counter(), []
+    return version.startswith("v2") or version.startswith("2")
+
+
+def iter_questions(path: str) -> Iterator:
+    """Yields, in file order, a :class:`SquadRecord` per well-formed question and a
+    :class:`MalformedSquadEntry` per malformed entry (a repeated question id included).
+    A file that is not SQuAD JSON at all raises ValueError naming it."""
+    return _questions(_load_dataset(path), path)
+
+
+def _questions(dataset: dict, path: str) -> Iterator:
     seen = set()
-    for entry in _entries(dataset, path, version_2):
-        if isinstance(entry, SquadRecord) and entry.id in seen:
-            entry = MalformedSquadEntry("duplicate_id", f"{path}: question id {entry.id!r} "
-                                        f"appears more than once")
+    for entry in _entries(dataset, path, _is_version_2(dataset)):
+        if isinstance(entry, SquadRecord):
+            if entry.id in seen:
+                entry = MalformedSquadEntry("duplicate_id", f"{path}: question id "
+                                            f"{entry.id!r} appears more than once")
+            else:
+                seen.add(entry.id)
+        yield entry
+
+
+def read_squad(path: str, skip_malformed: bool = False) -> SquadFile:
+    """Reads a SQuAD v1.1 or v2.0 JSON file into question records (file order).
+
+    Raises ``MalformedSquadEntry`` (a ValueError) naming the file and entry at the first
+    malformed entry, unless ``skip_malformed``: then such entries are counted and left out.
+    """
+    dataset = _load_dataset(path)
+    records, malformed, messages = [], collections.Counter(), []
+    for entry in _questions(dataset, path):
         if isinstance(entry, MalformedSquadEntry):
             if not skip_malformed:
                 raise entry
@@ -184,10 +207,62 @@ def read_squad(path: str, skip_malformed: bool = False) -> SquadFile:
             if len(messages) < MAX_MESSAGES:
                 messages.append(str(entry))
             continue
-        seen.add(entry.id)
         records.append(entry)
-    return SquadFile(path=path, version=version, records=records, malformed=dict(malformed),
+    return SquadFile(path=path, version=str(dataset.get("version", "")), records=records, malformed=dict(malformed),
                      messages=messages)
+
+
+# tf.train.Example features of one question (TFX ingestion, components/example_gen).
+EXAMPLE_FEATURES = ("id", "title", "question", "context", "answers", "answer_starts",
+                    "is_impossible")
+
+
+def to_tf_example(record: SquadRecord):
+    """The ``tf.train.Example`` of one question: ``id``, ``title``, ``question``, ``context``
+    (bytes), ``answers`` (bytes list), ``answer_starts`` (int64 list, character indexes),
+    ``is_impossible`` (int64 0/1)."""
+    import tensorflow as tf
+
+    def text(values):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[value.encode("utf-8") for value in values]))
+
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+    return tf.train.Example(features=tf.train.Features(feature={
+        "id": text([record.id]), "title": text([record.title]),
+        "question": text([record.question]), "context": text([record.context]),
+        "answers": text(record.answers), "answer_starts": ints(record.answer_starts),
+        "is_impossible": ints([int(record.is_impossible)])}))
+
+
+def from_tf_example(serialized: bytes) -> SquadRecord:
+    """The :class:`SquadRecord` of a :func:`to_tf_example` record (serialized)."""
+    import tensorflow as tf
+
+    feature = tf.train.Example.FromString(serialized).features.feature
+
+    def texts(name):
+        return tuple(value.decode("utf-8") for value in feature[name].bytes_list.value)
+
+    return SquadRecord(id=texts("id")[0], question=texts("question")[0],
+                       context=texts("context")[0], answers=texts("answers"),
+                       answer_starts=tuple(feature["answer_starts"].int64_list.value),
+                       is_impossible=bool(feature["is_impossible"].int64_list.value[0]),
+                       title=texts("title")[0])
+
+
+def read_examples(file_pattern: str) -> list:
+    """The :class:`SquadRecord` of every ingested question in the GZIP TFRecord files
+    matching ``file_pattern`` (sorted file order)."""
+    import tensorflow as tf
+
+    files = sorted(tf.io.gfile.glob(file_pattern))
+    if not files:
+        raise FileNotFoundError(f"No SQuAD records match {file_pattern!r}")
+    return [from_tf_example(serialized.numpy()) for serialized in
+            tf.data.TFRecordDataset(files, compression_type="GZIP")]
 
 
 def split_by_article(records: list, train_fraction: float) -> tuple[list, list]:
@@ -259,5 +334,6 @@ def gold_answers(records: list) -> dict:
     return {record.id: list(record.answers) for record in records}
 
 
-__all__ = ["MalformedSquadEntry", "SquadFile", "SquadRecord", "gold_answers",
-           "make_unanswerable", "read_squad", "split_by_article", "to_json"]
+__all__ = ["EXAMPLE_FEATURES", "MalformedSquadEntry", "SquadFile", "SquadRecord",
+           "from_tf_example", "gold_answers", "iter_questions", "make_unanswerable",
+           "read_examples", "read_squad", "split_by_article", "to_json", "to_tf_example"]

@@ -77,6 +77,11 @@ class TrainerConfig:
         if self.steps_per_checkpoint < 1:
             raise ValueError("steps_per_checkpoint must be >= 1")
         if self.task is not None:
-            for key in ("text_features", "num_classes", "sequence_length"):
+            # a sentence classification / regression task record; other kinds (tagging,
+            # span_qa, multiple_choice: components/tasks) hold their own fields
+            sentence_task = self.task.get("kind", "classification") in (
+                "classification", "regression")
+            for key in (("text_features", "num_classes", "sequence_length") if sentence_task
+                        else ("kind", "sequence_length")):
                 if key not in self.task:
                     raise ValueError(f"task needs {key!r}")

@@ -112,7 +112,13 @@ class EncoderServing(tf.Module):
 
 def export_serving_model(task_model, vocab_dir: str, model_config: dict, export_dir: str,
                          preprocessor=None) -> None:
+    from lmfactory.components import tasks as task_kinds
+
     task = model_config["task"]
+    if task["kind"] in task_kinds.names():  # tagging, span_qa, multiple_choice
+        task_kinds.get(task["kind"]).export(task_model, preprocessor, model_config, export_dir)
+        logging.info("Exported the %s SavedModel to %s", task["kind"], export_dir)
+        return
     if task["kind"] in ("classification", "regression"):
         module = ClassifierServing(preprocessor, task_model, task["text_features"],
                                    kind=task["kind"],

@@ -6,7 +6,9 @@ One entry point, two stages told apart by the input ``Examples``:
   the architecture's language-model objective (BERT MLM+NSP, GPT-2 next-token). With a
   ``base_model`` this is continued LM training (GPT-2 fine-tuning on a target corpus).
 * raw task records (CONTRACTS §1): fine-tune a classifier (or, for a ``regression`` task,
-  its one-output form on the mean squared error) warm-started from ``base_model``.
+  its one-output form on the mean squared error) warm-started from ``base_model``;
+  a task of another kind (``tagging``, ``span_qa``, ``multiple_choice``) is trained by its
+  kind's ``train`` (components/tasks) through a `StageContext`.
 
 Use it as ``tfx.components.Trainer(run_fn="lmfactory.components.trainer.run_fn.run_fn",
 custom_config=..., base_model=...)``.
@@ -28,14 +30,16 @@ from lmfactory import models
 from lmfactory.components.pretraining_data import features as pretraining_features
 from lmfactory.components.trainer.model_artifact import (
     keras_dir_of, load_model_backbone, load_task_model, vocabulary_dir_of, write_model_artifact)
-from lmfactory.components.trainer import task_data
+from lmfactory.components.trainer import task_data, training_curve
 from lmfactory.components.trainer.config import TrainerConfig
 from lmfactory.components.trainer.optimization import make_optimizer
 from lmfactory.components.trainer.strategy import make_strategy
+from lmfactory.components import tasks as task_kinds
 from lmfactory.models.classifier_preprocessor import classifier_preprocessor
 from lmfactory.models.tokenizers import load_tokenizer
 
 VOCABULARY_DIR = "vocabulary"
+TRAINING_CURVE = "training_curve.json"  # in the Model artifact's keras/ folder
 PRETRAINING_CONFIG = "pretraining_config.json"
 
 
@@ -51,9 +55,44 @@ def run_fn(fn_args) -> None:
     strategy = make_strategy(config.strategy, config.tpu)
     if tf.io.gfile.exists(os.path.join(examples_uri, PRETRAINING_CONFIG)):
         trained = _train_language_model(fn_args, config, examples_uri, strategy)
+    elif (config.task or {}).get("kind") in task_kinds.names():
+        trained = task_kinds.get(config.task["kind"]).train(
+            StageContext(fn_args, config, strategy))
     else:
         trained = _train_classifier(fn_args, config, strategy)
     _write_outputs(fn_args, config, **trained)
+
+
+class StageContext:
+    """What a task kind's ``train`` (components/tasks) gets from the Trainer: the TFX
+    ``fn_args``, the stage's `TrainerConfig`, the distribution strategy, and the stage's
+    shared steps (warm-started backbone, optimiser, checkpointed fit)."""
+
+    def __init__(self, fn_args, config: TrainerConfig, strategy):
+        self.fn_args, self.config, self.strategy = fn_args, config, strategy
+        if not fn_args.base_model:
+            raise ValueError(f"Fine-tuning a {config.task['kind']} task needs a base_model "
+                             f"(the pretrained Model).")
+        self.vocab_dir = vocabulary_dir_of(fn_args.base_model)
+
+    @property
+    def train_files(self) -> str:
+        return self.fn_args.train_files[0]
+
+    @property
+    def eval_files(self) -> str:
+        return self.fn_args.eval_files[0]
+
+    def backbone(self):
+        """The pretrained backbone (call inside ``strategy.scope()``)."""
+        return _backbone(self.config, load_tokenizer(self.vocab_dir).vocabulary_size(),
+                         self.fn_args.base_model)
+
+    def optimizer(self):
+        return _optimizer(self.config, self.fn_args.train_steps)
+
+    def fit(self, task_model, train_data, eval_data) -> dict:
+        return _fit(task_model, train_data, eval_data, self.fn_args, self.config)
 
 
 def _train_language_model(fn_args, config, examples_uri, strategy) -> dict:
@@ -241,14 +280,23 @@ def _fit(task_model, train_data, eval_data, fn_args, config) -> dict:
     # requested one as whole intervals allow.
     epochs = math.ceil(fn_args.train_steps / config.steps_per_checkpoint)
     steps_per_epoch = math.ceil(fn_args.train_steps / epochs)
+    backup_dir = _checkpoint_dir(fn_args, config)
+    # The curve is saved beside the checkpoint (before it at each epoch end), so a resumed
+    # run continues it; it ends up in the Model artifact for the Evaluator's report.
+    curve = training_curve.TrainingCurve(
+        training_curve.default_interval(epochs * steps_per_epoch),
+        state_path=os.path.join(backup_dir, TRAINING_CURVE))
     callbacks = [
-        keras.callbacks.BackupAndRestore(_checkpoint_dir(fn_args, config)),
+        curve,
+        keras.callbacks.BackupAndRestore(backup_dir),
         keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
     ]
     logging.info("Training %d steps (%d checkpoints of %d steps), global batch %d",
                  epochs * steps_per_epoch, epochs, steps_per_epoch, config.batch_size)
     task_model.fit(train_data, epochs=epochs, steps_per_epoch=steps_per_epoch,
                    callbacks=callbacks, verbose=2)
+    training_curve.save_curve(curve.curve, os.path.join(
+        keras_dir_of(fn_args.serving_model_dir), TRAINING_CURVE))
     eval_steps = max(1, fn_args.eval_steps or 1)
     metrics = task_model.evaluate(eval_data, steps=eval_steps, return_dict=True, verbose=0)
     metrics = {name: float(value) for name, value in metrics.items()}

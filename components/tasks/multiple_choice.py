@@ -1,0 +1,84 @@
+"""Multiple choice (CommonsenseQA, SWAG) in the DAG: question records (``context``,
+``choices``, ``label``) -> a model that picks one of C raw choices for a raw context.
+
+BERT §4.4: one ``[CLS] context [SEP] choice [SEP]`` sequence per choice, each scored from
+its pooled [CLS] vector by one dense layer, a softmax across the C choices
+(``models/tasks/multiple_choice.py``). C comes from the format: CommonsenseQA 5, SWAG 4.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from lmfactory.components.example_gen import formats
+
+NUM_CHOICES = {formats.COMMONSENSEQA_FORMAT: 5, formats.SWAG_FORMAT: 4}
+CONFUSION_KEY = "confusion_matrix"
+
+
+def task_record(finetuning: dict, source: dict) -> dict:
+    del finetuning
+    return {"num_choices": NUM_CHOICES[source["format"]]}
+
+
+def train(context) -> dict:
+    from lmfactory.components.trainer.multiple_choice import make_multiple_choice_dataset
+    from lmfactory.models.tasks.multiple_choice import MultipleChoice
+    from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
+
+    config = context.config
+    task = dict(config.task)
+    preprocessor = MultipleChoicePreprocessor.from_vocabulary(
+        context.vocab_dir, config.architecture, task["sequence_length"])
+    with context.strategy.scope():
+        backbone = context.backbone()
+        model = MultipleChoice(backbone, num_choices=task["num_choices"], **config.task_args)
+        model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
+    read = dict(preprocessor=preprocessor, batch_size=config.batch_size, seed=config.seed,
+                num_choices=task["num_choices"], input_names=list(model.input))
+    train_data = make_multiple_choice_dataset(context.train_files, shuffle=True, repeat=True,
+                                              **read)
+    eval_data = make_multiple_choice_dataset(context.eval_files, shuffle=False, repeat=True,
+                                             **read)
+    metrics = context.fit(model, train_data, eval_data)
+    return dict(task_model=model, backbone=backbone, vocab_dir=context.vocab_dir,
+                metrics=metrics, task=task, preprocessor=preprocessor)
+
+
+def export(task_model, preprocessor, model_config: dict, export_dir: str) -> None:
+    from lmfactory.components.trainer.multiple_choice_serving import (
+        export_multiple_choice_model)
+
+    export_multiple_choice_model(task_model, preprocessor, export_dir)
+
+
+def evaluate(model_uri: str, file_pattern: str, task: dict, batch_size: int = 64) -> dict:
+    """Accuracy of the exported model's choice on the records' questions, and the
+    [answer position, chosen position] confusion matrix (a position bias shows in it)."""
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModel uses)
+
+    num_choices = int(task["num_choices"])
+    serve = tf.saved_model.load(os.path.join(model_uri, "Format-Serving")
+                                ).signatures["serving_default"]
+    files = sorted(tf.io.gfile.glob(file_pattern))
+    if not files:
+        raise FileNotFoundError(f"No multiple-choice records match {file_pattern!r}")
+    spec = {"context": tf.io.FixedLenFeature([], tf.string),
+            "choices": tf.io.FixedLenFeature([num_choices], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64)}
+    labels, chosen = [], []
+    for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(
+            batch_size).map(lambda serialized: tf.io.parse_example(serialized, spec)):
+        outputs = serve(context=batch["context"], choices=batch["choices"])
+        labels.append(batch["label"].numpy())
+        chosen.append(outputs["label"].numpy())
+    labels, chosen = np.concatenate(labels), np.concatenate(chosen)
+    matrix = np.zeros((num_choices, num_choices), dtype=np.int64)
+    np.add.at(matrix, (labels, chosen), 1)
+    return {"accuracy": float(np.mean(labels == chosen)), "examples": int(len(labels)),
+            "chance": 1.0 / num_choices,
+            CONFUSION_KEY: {"labels": [f"choice {i}" for i in range(num_choices)],
+                            "matrix": matrix.tolist()}}

@@ -1,0 +1,188 @@
+"""Token tagging (WNUT-17), span QA (SQuAD v2.0 shape) and multiple choice (CommonsenseQA)
+end to end through the DAG at tiny size: the tiny published-format BERT checkpoint
+(tests/fixtures/hf/bert) is imported, fine-tuned on slices of the real task files, evaluated
+through the exported model and pushed; the pushed SavedModel then takes the task's raw
+inputs, and the evaluator's figures are recomputed from it."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (ops used by the serving graphs)
+
+from lmfactory.components.evaluator import squad_metrics
+from lmfactory.components.evaluator.entity_metrics import entity_scores
+from lmfactory.components.example_gen import conll, multiple_choice, squad
+from lmfactory.components.trainer.model_artifact import read_model_config
+from lmfactory.pipelines import runners
+from lmfactory.recipe import RecipeError, load_recipe
+
+REPO = Path(__file__).resolve().parent.parent
+CHECKPOINT = REPO / "tests" / "fixtures" / "hf" / "bert"
+TINY = ["finetuning.steps=8", "finetuning.batch_size=8", "finetuning.eval_steps=1",
+        "runtime.steps_per_checkpoint=4", "runtime.beam.direct_running_mode=in_memory",
+        "runtime.beam.direct_num_workers=1", f"pretraining.init_checkpoint={CHECKPOINT}"]
+
+
+def _run(recipe_name: str, tmp_path: Path, overrides: list) -> tuple[dict, dict]:
+    recipe = load_recipe(recipe_name, TINY + overrides)
+    summary = runners.run_local(recipe, str(tmp_path / "runs"))
+    assert summary["evaluation"]["blessed"] is True, summary["evaluation"]["reason"]
+    assert summary["pushed_model"], "a blessed model is pushed"
+    models_dir = Path(summary["pipeline_root"]) / "FineTuner" / "model"
+    newest = max(models_dir.iterdir(), key=lambda p: int(p.name))
+    return summary, read_model_config(str(newest))
+
+
+def _evaluation_files(summary) -> set:
+    folders = list((Path(summary["pipeline_root"]) / "LMEvaluator" / "evaluation").iterdir())
+    return {p.name for p in max(folders, key=lambda p: int(p.name)).iterdir()}
+
+
+def _conll_slice(source: Path, target: Path, sentences: int) -> None:
+    """The first ``sentences`` sentences of a CoNLL file, separators as they are."""
+    lines, count = [], 0
+    for line in source.read_text(encoding="utf-8").splitlines():
+        lines.append(line)
+        if not line.strip():
+            count += 1
+            if count == sentences:
+                break
+    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_tagging_dag_tags_raw_sentences(tmp_path, shared_data):
+    wnut = shared_data / "wnut17"
+    _conll_slice(wnut / "wnut17train.conll", tmp_path / "train.conll", 80)
+    _conll_slice(wnut / "emerging.dev.conll", tmp_path / "dev.conll", 30)
+    summary, model_config = _run("bert_tiny_wnut17", tmp_path, [
+        f"data.task.splits.train={tmp_path / 'train.conll'}",
+        f"data.task.splits.eval={tmp_path / 'dev.conll'}", "finetuning.sequence_length=32"])
+    outcome = summary["evaluation"]
+    dev = conll.read_conll(str(tmp_path / "dev.conll"))
+    assert outcome["metrics"]["sentences"] == len(dev.sentences) == 30
+    assert outcome["metric"] == "entity_f1"
+    assert set(outcome["official_metrics"]) == {"entity_f1", "entity_precision",
+                                                "entity_recall"}
+    labels = model_config["task"]["label_vocabulary"]
+    assert labels[0] == "O" and "B-location" in labels and model_config["task"]["kind"] == \
+        "tagging"
+    serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
+    outputs = serve(sentences=tf.constant([" ".join(words) for words in dev.tokens]))
+    predicted = [[tag.decode() for tag in row[:length]]
+                 for row, length in zip(outputs["tags"].numpy(), outputs["lengths"].numpy())]
+    assert [len(p) for p in predicted] == [len(words) for words in dev.tokens]
+    assert set(tag for row in predicted for tag in row) <= set(labels)
+    expected = entity_scores(dev.tags, predicted)
+    assert outcome["metrics"]["entity_f1"] == pytest.approx(expected["f1"])
+    assert outcome["metrics"]["entity_precision"] == pytest.approx(expected["precision"])
+    confusion = np.array(outcome["metrics"]["confusion_matrix"]["matrix"])
+    assert confusion.sum() == sum(len(words) for words in dev.tokens)
+    files = _evaluation_files(summary)
+    assert {"metrics.json", "report.md", "report.html", "confusion_matrix.png",
+            "training_curve.png"} <= files
+
+
+def _squad_v2_files(shared_data: Path, directory: Path) -> tuple[list, list]:
+    records = squad.read_squad(str(shared_data / "squad" / "dev-v1.1.json")).records
+    titles = list(dict.fromkeys(r.title for r in records))
+    train = [r for r in records if r.title == titles[0]][:48]
+    held_out = [r for r in records if r.title == titles[1]][:24]
+    train = squad.make_unanswerable(train, 0.33, seed=0)
+    held_out = squad.make_unanswerable(held_out, 0.33, seed=1)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, part in (("train", train), ("dev", held_out)):
+        (directory / f"{name}-v2.0.json").write_text(json.dumps(squad.to_json(part, "v2.0")),
+                                                     encoding="utf-8")
+    return train, held_out
+
+
+def test_span_qa_dag_answers_raw_questions(tmp_path, shared_data):
+    train, held_out = _squad_v2_files(shared_data, tmp_path / "squad")
+    assert any(r.is_impossible for r in held_out) and any(not r.is_impossible
+                                                          for r in held_out)
+    summary, model_config = _run("bert_tiny_squad", tmp_path, [
+        "data.task.path=null", "data.task.eval_fraction=null",
+        f"data.task.splits={{train: {tmp_path / 'squad' / 'train-v2.0.json'}, "
+        f"eval: {tmp_path / 'squad' / 'dev-v2.0.json'}}}",
+        "finetuning.sequence_length=64",
+        "finetuning.task_args={doc_stride: 16, max_query_length: 16}"])
+    task = model_config["task"]
+    assert task["kind"] == "span_qa" and task["version"] == "2.0"
+    assert isinstance(task["null_threshold"], float)
+    outcome = summary["evaluation"]
+    assert outcome["metrics"]["questions"] == len(held_out)
+    assert set(outcome["official_metrics"]) == {"exact_match", "f1"}
+    serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
+    outputs = serve(question=tf.constant([r.question for r in held_out]),
+                    context=tf.constant([r.context for r in held_out]))
+    answers = {r.id: a.decode() for r, a in zip(held_out, outputs["answer"].numpy())}
+    for record, answer, margin in zip(held_out, outputs["answer"].numpy(),
+                                      outputs["null_margin"].numpy()):
+        if margin > task["null_threshold"]:
+            assert answer == b""  # abstains above the tuned threshold
+        else:
+            assert answer.decode() in record.context
+    expected = squad_metrics.evaluate(squad.gold_answers(held_out), answers)
+    assert outcome["metrics"]["f1"] == pytest.approx(expected["f1"])
+    assert outcome["metrics"]["exact_match"] == pytest.approx(expected["exact_match"])
+    assert {"report.md", "report.html", "training_curve.png"} <= _evaluation_files(summary)
+
+
+def _jsonl_slice(source: Path, target: Path, lines: int) -> None:
+    kept = source.read_text(encoding="utf-8").splitlines()[:lines]
+    target.write_text("\n".join(kept) + "\n", encoding="utf-8")
+
+
+def test_multiple_choice_dag_picks_among_raw_choices(tmp_path, shared_data):
+    csqa = shared_data / "commonsenseqa"
+    _jsonl_slice(csqa / "train_rand_split.jsonl", tmp_path / "train.jsonl", 64)
+    _jsonl_slice(csqa / "dev_rand_split.jsonl", tmp_path / "dev.jsonl", 32)
+    summary, model_config = _run("bert_tiny_csqa", tmp_path, [
+        f"data.task.splits.train={tmp_path / 'train.jsonl'}",
+        f"data.task.splits.eval={tmp_path / 'dev.jsonl'}", "finetuning.sequence_length=32"])
+    assert model_config["task"]["num_choices"] == 5
+    outcome = summary["evaluation"]
+    dev = multiple_choice.read_commonsenseqa(str(tmp_path / "dev.jsonl"))
+    assert outcome["metrics"]["examples"] == len(dev) == 32
+    serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
+    outputs = serve(context=tf.constant([e.context for e in dev]),
+                    choices=tf.constant([list(e.choices) for e in dev]))
+    probabilities = outputs["probabilities"].numpy()
+    assert probabilities.shape == (32, 5)
+    assert probabilities.sum(axis=1) == pytest.approx(np.ones(32), abs=1e-5)
+    chosen = outputs["label"].numpy()
+    labels = np.array([e.label for e in dev])
+    assert outcome["metrics"]["accuracy"] == pytest.approx(float(np.mean(chosen == labels)))
+    confusion = np.array(outcome["metrics"]["confusion_matrix"]["matrix"])
+    assert confusion.shape == (5, 5) and confusion.trace() == int(np.sum(chosen == labels))
+    assert {"report.md", "report.html", "confusion_matrix.png"} <= _evaluation_files(summary)
+
+
+@pytest.mark.parametrize("override, field, message", [
+    (["data.task.format=tsv"], "data.task.format", "must be one of conll"),
+    (["finetuning.task_args={doc_stride: 8}"], "finetuning.task_args", "tagging takes"),
+    (["architecture=gpt2", "tokenizer.kind=bpe", "objective.name=causal_lm"], "finetuning.task",
+     "needs an encoder"),
+])
+def test_task_recipe_errors_name_the_field(override, field, message):
+    with pytest.raises(RecipeError, match=message) as error:
+        load_recipe("bert_tiny_wnut17", override)
+    assert error.value.field == field
+
+
+def test_squad_ingestion_keeps_an_articles_questions_in_one_split(tmp_path, shared_data):
+    from lmfactory.components.example_gen import executor
+
+    report = executor.ingest({"format": "squad", "path": str(shared_data / "squad" /
+                                                             "dev-v1.1.json"),
+                              "eval_fraction": 0.2}, str(tmp_path / "out"),
+                             ["--direct_running_mode=in_memory", "--direct_num_workers=1"])
+    splits = {split: squad.read_examples(str(tmp_path / "out" / f"Split-{split}" / "*"))
+              for split in ("train", "eval")}
+    assert len(splits["train"]) + len(splits["eval"]) == 10570
+    assert report["splits"]["train"]["malformed"] == 0
+    titles = {split: {r.title for r in records} for split, records in splits.items()}
+    assert not titles["train"] & titles["eval"] and titles["eval"]
