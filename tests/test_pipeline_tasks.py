@@ -88,8 +88,11 @@ def test_tagging_dag_tags_raw_sentences(tmp_path, shared_data):
 def _squad_v2_files(shared_data: Path, directory: Path) -> tuple[list, list]:
     records = squad.read_squad(str(shared_data / "squad" / "dev-v1.1.json")).records
     titles = list(dict.fromkeys(r.title for r in records))
-    train = [r for r in records if r.title == titles[0]][:48]
-    held_out = [r for r in records if r.title == titles[1]][:24]
+    def questions(articles, per_article):
+        return [r for title in articles for r in
+                [r for r in records if r.title == title][:per_article]]
+
+    train, held_out = questions(titles[:2], 24), questions(titles[2:4], 12)
     train = squad.make_unanswerable(train, 0.33, seed=0)
     held_out = squad.make_unanswerable(held_out, 0.33, seed=1)
     directory.mkdir(parents=True, exist_ok=True)
@@ -104,9 +107,8 @@ def test_span_qa_dag_answers_raw_questions(tmp_path, shared_data):
     assert any(r.is_impossible for r in held_out) and any(not r.is_impossible
                                                           for r in held_out)
     summary, model_config = _run("bert_tiny_squad", tmp_path, [
-        "data.task.path=null", "data.task.eval_fraction=null",
-        f"data.task.splits={{train: {tmp_path / 'squad' / 'train-v2.0.json'}, "
-        f"eval: {tmp_path / 'squad' / 'dev-v2.0.json'}}}",
+        f"data.task={{format: squad, splits: {{train: {tmp_path / 'squad' / 'train-v2.0.json'}, "
+        f"eval: {tmp_path / 'squad' / 'dev-v2.0.json'}}}}}",
         "finetuning.sequence_length=64",
         "finetuning.task_args={doc_stride: 16, max_query_length: 16}"])
     task = model_config["task"]
@@ -186,3 +188,55 @@ def test_squad_ingestion_keeps_an_articles_questions_in_one_split(tmp_path, shar
     assert report["splits"]["train"]["malformed"] == 0
     titles = {split: {r.title for r in records} for split, records in splits.items()}
     assert not titles["train"] & titles["eval"] and titles["eval"]
+
+
+def _ingest(tmp_path, config: dict) -> tuple[dict, list]:
+    from lmfactory.components.example_gen import executor
+
+    out = tmp_path / config["format"]
+    report = executor.ingest(config, str(out), ["--direct_running_mode=in_memory",
+                                                "--direct_num_workers=1"])
+    records = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(
+        sorted(str(p) for p in (out / "Split-train").glob("*")), compression_type="GZIP")]
+    return report["splits"]["train"], records
+
+
+def test_task_formats_count_malformed_records_instead_of_losing_them(tmp_path):
+    conll_file = tmp_path / "train.conll"
+    conll_file.write_bytes(b"-DOCSTART-\tO\n\nI\tO\nlove\tO\nParis\tB-location\n\t\n"
+                           b"no tag here\n\nbad\xff\tO\n\nok\tO\n")
+    counts, records = _ingest(tmp_path, {"format": "conll", "path": str(conll_file),
+                                         "eval_fraction": 0.0})
+    assert (counts["good"], counts["malformed"], counts["invalid_utf8"]) == (2, 1, 1)
+    tokens = sorted([v.decode() for v in r.features.feature["tokens"].bytes_list.value]
+                    for r in records)
+    assert tokens == [["I", "love", "Paris"], ["ok"]]
+
+    context = "Paris is the capital of France."
+    squad_file = tmp_path / "squad.json"
+    squad_file.write_text(json.dumps({"version": "1.1", "data": [{"title": "P", "paragraphs": [
+        {"context": context, "qas": [
+            {"id": "q1", "question": "Capital?", "answers": [{"text": "Paris",
+                                                              "answer_start": 0}]},
+            {"id": "q2", "question": "Bad start?", "answers": [{"text": "Paris",
+                                                                "answer_start": 3}]},
+            {"id": "q1", "question": "Repeated id", "answers": [{"text": "France",
+                                                                 "answer_start": 24}]}]},
+        {"qas": []}]}]}), encoding="utf-8")
+    counts, records = _ingest(tmp_path, {"format": "squad", "path": str(squad_file),
+                                         "eval_fraction": 0.0})
+    assert (counts["good"], counts["malformed"]) == (1, 3)
+    assert records[0].features.feature["answers"].bytes_list.value == [b"Paris"]
+
+    swag_file = tmp_path / "train.csv"
+    swag_file.write_text(
+        ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,"
+        "ending3,label\n"
+        '0,v1,1,"She sits. She","She sits.",She,gold,smiles.,runs.,eats.,jumps.,2\n'
+        "1,v2,2,too,few,columns,gold,a,b,c,1\n", encoding="utf-8")
+    counts, records = _ingest(tmp_path, {"format": "swag", "path": str(swag_file),
+                                         "eval_fraction": 0.0})
+    assert (counts["good"], counts["malformed"]) == (1, 1)
+    feature = records[0].features.feature
+    assert feature["choices"].bytes_list.value[2] == b"She eats."
+    assert feature["label"].int64_list.value == [2]
