@@ -36,6 +36,18 @@ def _run(recipe_name: str, tmp_path: Path, overrides: list) -> tuple[dict, dict]
     return summary, read_model_config(str(newest))
 
 
+def _run_on_slices(recipe_name: str, tmp_path: Path, cut, train: Path, dev: Path,
+                   suffix: str, sizes: tuple) -> tuple[dict, dict]:
+    """Runs the recipe on the first ``sizes`` records of the train and dev files, written
+    by ``cut(source, target, size)`` to ``tmp_path/train.<suffix>`` and ``dev.<suffix>``."""
+    paths = [tmp_path / f"{split}.{suffix}" for split in ("train", "dev")]
+    for source, target, size in zip((train, dev), paths, sizes):
+        cut(source, target, size)
+    return _run(recipe_name, tmp_path, [f"data.task.splits.train={paths[0]}",
+                                        f"data.task.splits.eval={paths[1]}",
+                                        "finetuning.sequence_length=32"])
+
+
 def _evaluation_files(summary) -> set:
     folders = list((Path(summary["pipeline_root"]) / "LMEvaluator" / "evaluation").iterdir())
     return {p.name for p in max(folders, key=lambda p: int(p.name)).iterdir()}
@@ -54,12 +66,9 @@ def _conll_slice(source: Path, target: Path, sentences: int) -> None:
 
 
 def test_tagging_dag_tags_raw_sentences(tmp_path, shared_data):
-    wnut = shared_data / "wnut17"
-    _conll_slice(wnut / "wnut17train.conll", tmp_path / "train.conll", 80)
-    _conll_slice(wnut / "emerging.dev.conll", tmp_path / "dev.conll", 30)
-    summary, model_config = _run("bert_tiny_wnut17", tmp_path, [
-        f"data.task.splits.train={tmp_path / 'train.conll'}",
-        f"data.task.splits.eval={tmp_path / 'dev.conll'}", "finetuning.sequence_length=32"])
+    summary, model_config = _run_on_slices(
+        "bert_tiny_wnut17", tmp_path, _conll_slice, shared_data / "wnut17" / "wnut17train.conll",
+        shared_data / "wnut17" / "emerging.dev.conll", "conll", (80, 30))
     outcome = summary["evaluation"]
     dev = conll.read_conll(str(tmp_path / "dev.conll"))
     assert outcome["metrics"]["sentences"] == len(dev.sentences) == 30
@@ -107,7 +116,8 @@ def test_span_qa_dag_answers_raw_questions(tmp_path, shared_data):
     assert any(r.is_impossible for r in held_out) and any(not r.is_impossible
                                                           for r in held_out)
     summary, model_config = _run("bert_tiny_squad", tmp_path, [
-        f"data.task={{format: squad, splits: {{train: {tmp_path / 'squad' / 'train-v2.0.json'}, "
+        f"data.task={{format: squad, splits: {{"
+        f"train: {tmp_path / 'squad' / 'train-v2.0.json'}, "
         f"eval: {tmp_path / 'squad' / 'dev-v2.0.json'}}}}}",
         "finetuning.sequence_length=64",
         "finetuning.task_args={doc_stride: 16, max_query_length: 16}"])
@@ -140,11 +150,9 @@ def _jsonl_slice(source: Path, target: Path, lines: int) -> None:
 
 def test_multiple_choice_dag_picks_among_raw_choices(tmp_path, shared_data):
     csqa = shared_data / "commonsenseqa"
-    _jsonl_slice(csqa / "train_rand_split.jsonl", tmp_path / "train.jsonl", 64)
-    _jsonl_slice(csqa / "dev_rand_split.jsonl", tmp_path / "dev.jsonl", 32)
-    summary, model_config = _run("bert_tiny_csqa", tmp_path, [
-        f"data.task.splits.train={tmp_path / 'train.jsonl'}",
-        f"data.task.splits.eval={tmp_path / 'dev.jsonl'}", "finetuning.sequence_length=32"])
+    summary, model_config = _run_on_slices(
+        "bert_tiny_csqa", tmp_path, _jsonl_slice, csqa / "train_rand_split.jsonl",
+        csqa / "dev_rand_split.jsonl", "jsonl", (64, 32))
     assert model_config["task"]["num_choices"] == 5
     outcome = summary["evaluation"]
     dev = multiple_choice.read_commonsenseqa(str(tmp_path / "dev.jsonl"))
@@ -240,3 +248,20 @@ def test_task_formats_count_malformed_records_instead_of_losing_them(tmp_path):
     feature = records[0].features.feature
     assert feature["choices"].bytes_list.value[2] == b"She eats."
     assert feature["label"].int64_list.value == [2]
+
+
+def test_tagging_task_args_choose_fine_tuning_or_frozen_features():
+    from lmfactory import models
+    from lmfactory.components.tasks.tagging import _tagger
+    from lmfactory.models.tasks.feature_based_tagger import FeatureBasedTagger
+    from lmfactory.models.tasks.token_classifier import TokenClassifier
+
+    backbone = models.build("bert", "tiny", vocabulary_size=64, max_sequence_length=16)
+    fine_tuned = _tagger(backbone, 5, {"dropout": 0.2})
+    assert type(fine_tuned) is TokenClassifier and backbone.trainable
+    features = _tagger(models.build("bert", "tiny", vocabulary_size=64,
+                                    max_sequence_length=16),
+                       5, {"feature_mode": "sum_all", "lstm_units": 8})
+    assert isinstance(features, FeatureBasedTagger) and not features.backbone.trainable
+    with pytest.raises(ValueError, match="go with feature_mode"):
+        _tagger(backbone, 5, {"lstm_units": 8})
