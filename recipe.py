@@ -253,24 +253,24 @@ def _check_head_task(check: _Checker, recipe: dict, architecture: str, task: str
 
     kind = task_kinds.get(task)
     arch = models.get(architecture)
-    if arch.family != "encoder":
-        raise RecipeError("finetuning.task", f"{task} fine-tuning needs an encoder; "
+    own_packing = arch.classifier_preprocessor is not None  # GPT-1's §3.3 transformations
+    if arch.family != "encoder" and not (task == "multiple_choice" and own_packing):
+        raise RecipeError("finetuning.task", f"{task} fine-tuning needs an encoder (or, for "
+                                             f"multiple_choice, an architecture with its own "
+                                             f"task input transformations: gpt1); "
                                              f"{architecture} is a {arch.family}")
     if task == "span_qa" and arch.tokenizer_kind != "wordpiece":
         raise RecipeError("finetuning.task", f"span_qa maps answers through WordPiece "
                                              f"offsets; {architecture} tokenizes with "
                                              f"{arch.tokenizer_kind}")
-    if task == "multiple_choice" and arch.classifier_preprocessor is not None:
-        raise RecipeError("finetuning.task", f"{architecture} packs its inputs its own way; "
-                                             f"multiple_choice packs [CLS] context [SEP] "
-                                             f"choice [SEP]")
     check.positive_int("finetuning.sequence_length")
     _check_source(check, "data.task")
     check.choice("data.task.format", kind.formats)
-    unknown = sorted(set(recipe["finetuning"].get("task_args", {})) - set(kind.task_args))
+    allowed = set(kind.task_args) - ({"lm_weight"} if not own_packing else set())
+    unknown = sorted(set(recipe["finetuning"].get("task_args", {})) - allowed)
     if unknown:
-        raise RecipeError("finetuning.task_args", f"{task} takes {list(kind.task_args)}; got "
-                                                  f"{unknown}")
+        raise RecipeError("finetuning.task_args", f"{task} takes {sorted(allowed)} for "
+                                                  f"{architecture}; got {unknown}")
 
 
 def _check_pretraining_data(check: _Checker, architecture: str) -> str:

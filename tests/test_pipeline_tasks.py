@@ -19,15 +19,28 @@ from lmfactory.components.trainer.model_artifact import read_model_config
 from lmfactory.pipelines import runners
 from lmfactory.recipe import RecipeError, load_recipe
 
+from conftest import DEMO_DATA
+from dag_helpers import TINY_TRAINING, small_corpus
+
 REPO = Path(__file__).resolve().parent.parent
 CHECKPOINT = REPO / "tests" / "fixtures" / "hf" / "bert"
 TINY = ["finetuning.steps=8", "finetuning.batch_size=8", "finetuning.eval_steps=1",
         "runtime.steps_per_checkpoint=4", "runtime.beam.direct_running_mode=in_memory",
-        "runtime.beam.direct_num_workers=1", f"pretraining.init_checkpoint={CHECKPOINT}"]
+        "runtime.beam.direct_num_workers=1"]
+IMPORTED = [f"pretraining.init_checkpoint={CHECKPOINT}"]
 
 
-def _run(recipe_name: str, tmp_path: Path, overrides: list) -> tuple[dict, dict]:
-    recipe = load_recipe(recipe_name, TINY + overrides)
+def _pretrained_on_a_small_corpus(tmp_path: Path) -> list:
+    corpus = small_corpus(DEMO_DATA, tmp_path / "corpus.txt", 120)
+    return TINY_TRAINING + [f"data.corpus.path={corpus}", "tokenizer.vocab_size=600"]
+
+
+def _run(recipe_name: str, tmp_path: Path, overrides: list,
+         pretraining: list | None = None) -> tuple[dict, dict]:
+    """Runs the recipe's DAG; ``pretraining``: the overrides that make its base model
+    (default: import the tiny HF BERT checkpoint)."""
+    recipe = load_recipe(recipe_name, TINY + (IMPORTED if pretraining is None
+                                              else pretraining) + overrides)
     summary = runners.run_local(recipe, str(tmp_path / "runs"))
     assert summary["evaluation"]["blessed"] is True, summary["evaluation"]["reason"]
     assert summary["pushed_model"], "a blessed model is pushed"
@@ -37,7 +50,8 @@ def _run(recipe_name: str, tmp_path: Path, overrides: list) -> tuple[dict, dict]
 
 
 def _run_on_slices(recipe_name: str, tmp_path: Path, cut, train: Path, dev: Path,
-                   suffix: str, sizes: tuple) -> tuple[dict, dict]:
+                   suffix: str, sizes: tuple, pretraining: list | None = None
+                   ) -> tuple[dict, dict]:
     """Runs the recipe on the first ``sizes`` records of the train and dev files, written
     by ``cut(source, target, size)`` to ``tmp_path/train.<suffix>`` and ``dev.<suffix>``."""
     paths = [tmp_path / f"{split}.{suffix}" for split in ("train", "dev")]
@@ -45,7 +59,7 @@ def _run_on_slices(recipe_name: str, tmp_path: Path, cut, train: Path, dev: Path
         cut(source, target, size)
     return _run(recipe_name, tmp_path, [f"data.task.splits.train={paths[0]}",
                                         f"data.task.splits.eval={paths[1]}",
-                                        "finetuning.sequence_length=32"])
+                                        "finetuning.sequence_length=32"], pretraining)
 
 
 def _evaluation_files(summary) -> set:
@@ -148,11 +162,15 @@ def _jsonl_slice(source: Path, target: Path, lines: int) -> None:
     target.write_text("\n".join(kept) + "\n", encoding="utf-8")
 
 
-def test_multiple_choice_dag_picks_among_raw_choices(tmp_path, shared_data):
+@pytest.mark.parametrize("recipe_name", ["bert_tiny_csqa", "gpt1_tiny_csqa"])
+def test_multiple_choice_dag_picks_among_raw_choices(recipe_name, tmp_path, shared_data):
+    """BERT §4.4 ([CLS] scores) from the imported checkpoint; GPT-1 §3.3 (`start z $ a_k
+    extract`, L2 + 0.5 L1) pretrained in the DAG on a small corpus."""
     csqa = shared_data / "commonsenseqa"
     summary, model_config = _run_on_slices(
-        "bert_tiny_csqa", tmp_path, _jsonl_slice, csqa / "train_rand_split.jsonl",
-        csqa / "dev_rand_split.jsonl", "jsonl", (64, 32))
+        recipe_name, tmp_path, _jsonl_slice, csqa / "train_rand_split.jsonl",
+        csqa / "dev_rand_split.jsonl", "jsonl", (64, 32),
+        _pretrained_on_a_small_corpus(tmp_path) if recipe_name.startswith("gpt1") else None)
     assert model_config["task"]["num_choices"] == 5
     outcome = summary["evaluation"]
     dev = multiple_choice.read_commonsenseqa(str(tmp_path / "dev.jsonl"))

@@ -65,7 +65,7 @@ KINDS = {kind.name: kind for kind in (
              ("doc_stride", "max_query_length", "n_best_size", "max_answer_length"),
              "lmfactory.components.tasks.span_qa"),
     TaskKind("multiple_choice", (formats.COMMONSENSEQA_FORMAT, formats.SWAG_FORMAT),
-             ("accuracy",), ("accuracy",), ("dropout",),
+             ("accuracy",), ("accuracy",), ("dropout", "lm_weight"),
              "lmfactory.components.tasks.multiple_choice"),
 )}
 

@@ -4,6 +4,12 @@
 BERT §4.4: one ``[CLS] context [SEP] choice [SEP]`` sequence per choice, each scored from
 its pooled [CLS] vector by one dense layer, a softmax across the C choices
 (``models/tasks/multiple_choice.py``). C comes from the format: CommonsenseQA 5, SWAG 4.
+
+An architecture with its own task input transformations (a registry
+``classifier_preprocessor``: GPT-1, Radford et al. 2018 §3.3 "Question Answering and
+Commonsense Reasoning") packs ``start z $ a_k extract`` per answer and fine-tunes its own
+classifier with ``task: multiple_choice`` (the extract token's state scored by W_y, a
+softmax across the answers, plus λ times the auxiliary LM loss; ``task_args.lm_weight``).
 """
 
 from __future__ import annotations
@@ -29,13 +35,28 @@ def train(context) -> dict:
     from lmfactory.models.tasks.multiple_choice import MultipleChoice
     from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
 
+    from lmfactory import models
+    from lmfactory.models.classifier_preprocessor import classifier_preprocessor
+
     config = context.config
     task = dict(config.task)
-    preprocessor = MultipleChoicePreprocessor.from_vocabulary(
-        context.vocab_dir, config.architecture, task["sequence_length"])
+    architecture = models.get(config.architecture)
+    own_packing = architecture.classifier_preprocessor is not None
+    if own_packing:  # GPT-1 §3.3
+        preprocessor = classifier_preprocessor(
+            context.vocab_dir, config.architecture, task["sequence_length"],
+            num_text_features=2, task_args={"task": "multiple_choice"})
+    else:
+        preprocessor = MultipleChoicePreprocessor.from_vocabulary(
+            context.vocab_dir, config.architecture, task["sequence_length"])
     with context.strategy.scope():
         backbone = context.backbone()
-        model = MultipleChoice(backbone, num_choices=task["num_choices"], **config.task_args)
+        if own_packing:
+            model = architecture.classifier_cls(backbone, num_classes=task["num_choices"],
+                                                task="multiple_choice", **config.task_args)
+        else:
+            model = MultipleChoice(backbone, num_choices=task["num_choices"],
+                                   **config.task_args)
         model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
     read = dict(preprocessor=preprocessor, batch_size=config.batch_size, seed=config.seed,
                 num_choices=task["num_choices"], input_names=list(model.input))
@@ -52,7 +73,8 @@ def export(task_model, preprocessor, model_config: dict, export_dir: str) -> Non
     from lmfactory.components.trainer.multiple_choice_serving import (
         export_multiple_choice_model)
 
-    export_multiple_choice_model(task_model, preprocessor, export_dir)
+    export_multiple_choice_model(task_model, preprocessor, export_dir,
+                                 num_choices=model_config["task"]["num_choices"])
 
 
 def evaluate(model_uri: str, file_pattern: str, task: dict, batch_size: int = 64) -> dict:

@@ -23,16 +23,26 @@ class MultipleChoiceServing(tf.Module):
     """``serving_default(context, choices) -> {probabilities [B, C], label [B]}``.
 
     Args:
-        preprocessor: a `MultipleChoicePreprocessor` (raw strings -> [B, C, T] inputs).
-        model: a `MultipleChoice` task model (logits [B, C]); its ``num_choices`` is the
-            number of choices every request must give.
+        preprocessor: a `MultipleChoicePreprocessor` (raw strings -> [B, C, T] inputs), or
+            an architecture's own packing of (context, choices) (GPT-1's §3.3 `start z $
+            a_k extract`).
+        model: a `MultipleChoice` task model (logits [B, C]), or a functional model whose
+            dict output holds them under ``logits`` (GPT-1's classifier; its other outputs,
+            the auxiliary LM logits, are not computed).
+        num_choices: the number of choices every request must give (default: the model's
+            ``num_choices``).
     """
 
-    def __init__(self, preprocessor, model):
+    def __init__(self, preprocessor, model, num_choices=None):
+        import keras
+
         super().__init__(name="multiple_choice_serving")
         self.preprocessor = preprocessor
+        if isinstance(getattr(model, "output", None), dict):  # the same weights, logits only
+            num_choices = num_choices or model.num_classes
+            model = keras.Model(model.input, model.output["logits"])
         self.model = model
-        self.num_choices = int(model.num_choices)
+        self.num_choices = int(num_choices or model.num_choices)
 
     def signature(self):
         num_choices = self.num_choices
@@ -71,10 +81,11 @@ class MultipleChoiceServing(tf.Module):
         return choose.get_concrete_function()
 
 
-def export_multiple_choice_model(model, preprocessor, export_dir: str) -> None:
-    """Writes the serving SavedModel of ``model`` (a `MultipleChoice`) with
-    ``preprocessor`` to ``export_dir``."""
-    module = MultipleChoiceServing(preprocessor, model)
+def export_multiple_choice_model(model, preprocessor, export_dir: str,
+                                 num_choices=None) -> None:
+    """Writes the serving SavedModel of ``model`` (a `MultipleChoice`, or GPT-1's classifier
+    with ``num_choices``) with ``preprocessor`` to ``export_dir``."""
+    module = MultipleChoiceServing(preprocessor, model, num_choices)
     tf.saved_model.save(module, export_dir, signatures={SERVING_SIGNATURE: module.signature()})
     logging.info("Exported MultipleChoiceServing SavedModel to %s", export_dir)
 

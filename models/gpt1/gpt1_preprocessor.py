@@ -228,10 +228,13 @@ def pipeline_preprocessor(vocab_dir: str, sequence_length: int, num_text_feature
     One text feature: `classification` (`start text extract`); two: `entailment` (`start
     premise $ hypothesis extract`, §3.3 "Textual entailment"), or `similarity` (both
     orderings) when the recipe's `finetuning.task_args` say `task: similarity` (the
-    `Gpt1Classifier` then gets the same `task`). `multiple_choice` needs a list of answers
-    per example, which the pipeline's classification records do not have.
+    `Gpt1Classifier` then gets the same `task`). `task: multiple_choice` (the
+    multiple-choice task kind, components/tasks/multiple_choice.py): a context [B] and its
+    answers [B, C], one `start z $ a_k extract` sequence per answer.
     """
     task = task_args.get("task") or PIPELINE_TASKS.get(num_text_features, ("?",))[0]
+    if task == "multiple_choice" and num_text_features == 2:
+        return Gpt1Preprocessor.from_vocabulary(vocab_dir, task, sequence_length)
     if task not in PIPELINE_TASKS.get(num_text_features, ()):
         raise ValueError(f"GPT-1 fine-tuning on {num_text_features} text feature(s) packs "
                          f"the task(s) {PIPELINE_TASKS.get(num_text_features, ())}, got "
