@@ -3,6 +3,7 @@
 #   ./run.sh demo    create .venv if absent, install the pinned stack, run the demo pipeline
 #   ./run.sh test    same set-up, then the test suite
 #   ./run.sh setup   set-up only
+#   ./run.sh bench   same set-up plus the benchmark peers, then benchmarks/run_all.py
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -38,10 +39,21 @@ setup() {
   rm -f .venv/.installed-*; touch "$stamp"
 }
 
+bench_setup() {
+  # The peers the benchmarks compare with (pinned in constraints.txt); bert-tensorflow is
+  # google-research/bert's code as a package, --no-deps (its TF1-era declared deps).
+  local stamp=".venv/.bench-$(cat benchmarks/requirements.in constraints.txt | sha256sum | cut -c1-16)"
+  if [ -f "$stamp" ]; then return; fi
+  pip_install -r benchmarks/requirements.in -c constraints.txt
+  pip_install --no-deps "bert-tensorflow==1.0.4"
+  rm -f .venv/.bench-*; touch "$stamp"
+}
+
 cmd="${1:-demo}"; shift || true
 case "$cmd" in
   setup) setup ;;
+  bench) setup; bench_setup; exec .venv/bin/python benchmarks/run_all.py "$@" ;;
   demo)  setup; exec .venv/bin/lmfactory run bert_tiny_sst2 "$@" ;;
   test)  setup; exec .venv/bin/python -m pytest -q "$@" ;;
-  *) echo "usage: ./run.sh demo|test|setup" >&2; exit 2 ;;
+  *) echo "usage: ./run.sh demo|test|setup|bench" >&2; exit 2 ;;
 esac

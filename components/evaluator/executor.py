@@ -147,7 +147,9 @@ def evaluate_and_bless(model_uri: str, file_pattern: str, config: dict,
     official = {name: results[name] for name in task.get("official_metrics", [])
                 if name in results}
     return {"metric": metric, "value": results[metric], "metrics": results,
-            "task": task.get("glue_task"), "official_metrics": official,
+            "task": task.get("glue_task") or " ".join(
+                str(task[key]) for key in ("kind", "format") if task.get(key)),
+            "official_metrics": official,
             "baseline_metrics": baseline_results, "threshold": config.get("threshold"),
             "blessed": blessed, "reason": reason}
 
