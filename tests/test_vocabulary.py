@@ -630,3 +630,18 @@ def test_byte_vocabulary_validation():
         "end_of_text": "<|endoftext|>", "pad": "<|endoftext|>"}
     assert VocabularyGen(examples=channel.Channel(type=standard_artifacts.Examples),
                          kind="byte", vocab_size=257).exec_properties["kind"] == "byte"
+
+
+@pytest.mark.parametrize("vocab_size, min_frequency", [(1500, 1), (400, 5)])
+def test_remainder_counting_learns_the_tensorflow_text_vocabulary(corpus, vocab_size,
+                                                                  min_frequency):
+    """The fast counting (remainders after each piece start) gives exactly the vocabulary
+    of tensorflow-text's own counting passes."""
+    from lmfactory.components.vocabulary import wordpiece
+
+    train, _ = corpus
+    counts = collections.Counter(word for line in train[:600] for word in line.lower().split())
+    args = dict(vocab_size=vocab_size, min_frequency=min_frequency)
+    fast = wordpiece.learn_vocabulary(counts.items(), counting="remainders", **args)
+    reference = wordpiece.learn_vocabulary(counts.items(), counting="tensorflow_text", **args)
+    assert len(fast) > 100 and fast == reference

@@ -14,6 +14,7 @@ The files written here (``vocab.json``, ``merges.txt``) are read by
 
 from __future__ import annotations
 
+import collections
 import gc
 import heapq
 import json
@@ -57,9 +58,13 @@ BYTE_SYMBOLS = [symbol for _, symbol in gpt2_byte_alphabet()]
 BYTE_TO_SYMBOL = dict(gpt2_byte_alphabet())
 
 
+_SYMBOL_OF_LATIN1 = {byte: symbol for byte, symbol in gpt2_byte_alphabet()}
+
+
 def bytes_to_symbols(text: str) -> str:
-    """Spells ``text``'s UTF-8 bytes in GPT-2's byte alphabet (one character a byte)."""
-    return "".join(BYTE_TO_SYMBOL[b] for b in text.encode("utf-8"))
+    """Spells ``text``'s UTF-8 bytes in GPT-2's byte alphabet (one character a byte): the
+    bytes read as Latin-1 (code point = byte value), then mapped by ``str.translate``."""
+    return text.encode("utf-8").decode("latin-1").translate(_SYMBOL_OF_LATIN1)
 
 
 # --- Pre-tokenization --------------------------------------------------------------------
@@ -84,26 +89,23 @@ _WORD = regex.compile(
 _LAST_SPACE = regex.compile(f"[ \t\r\f\v{_MARKER}{_EXTRA_SPACES}]\\Z")
 
 
-def _split_keeping_matches(text: str, pattern: regex.Pattern) -> list[str]:
-    """Cuts ``text`` at every match of ``pattern``; matches and the gaps between are kept."""
-    pieces, position = [], 0
-    for match in pattern.finditer(text):
-        if match.start() > position:
-            pieces.append(text[position:match.start()])
-        if match.end() > match.start():
-            pieces.append(match.group())
-        position = match.end()
-    if position < len(text):
-        pieces.append(text[position:])
-    return pieces
+# The same patterns with the match kept by ``split``: gaps and matches alternate, found in C.
+_WORD_OR_GAP = regex.compile(f"({_WORD.pattern})")
+_LAST_SPACE_CHARACTERS = frozenset(f" \t\r\f\v{_MARKER}{_EXTRA_SPACES}")
 
 
 def _split_chunk(chunk: str) -> list[str]:
+    """GPT-2 pre-tokens of text without special tokens: the word pattern's matches and the
+    gaps between them, then each piece's last whitespace character (or marker) cut off."""
     marked = _MARK_WORD_START.sub(_MARKER + r"\1\2", chunk)
     marked = _MARK_TRAILING.sub(r"\1" + _MARKER, marked)
     words = []
-    for piece in _split_keeping_matches(marked, _WORD):
-        words.extend(_split_keeping_matches(piece, _LAST_SPACE))
+    for piece in _WORD_OR_GAP.split(marked):
+        if len(piece) > 1 and piece[-1] in _LAST_SPACE_CHARACTERS:
+            words.append(piece[:-1])
+            words.append(piece[-1])
+        elif piece:
+            words.append(piece)
     return [word for word in words if word != _MARKER]
 
 
@@ -126,6 +128,16 @@ def pretokenize_lines(lines: Iterable[str],
     tokens are cut out (the tokenizer keeps them whole)."""
     return [bytes_to_symbols(word) for line in lines
             for word in split_words(line, special_tokens)]
+
+
+def count_words(lines: Iterable[str],
+                special_tokens: Sequence[str] = (END_OF_TEXT,)) -> dict[str, int]:
+    """Counts of the words of ``lines`` in GPT-2's byte alphabet: the same counts as
+    ``Counter(pretokenize_lines(lines))``, with each distinct word spelled only once."""
+    counts = collections.Counter()
+    for line in lines:
+        counts.update(split_words(line, special_tokens))
+    return {bytes_to_symbols(word): count for word, count in counts.items()}
 
 
 def special_token_layout(special_tokens: Mapping[str, str] | None) -> tuple[list[str], bool]:

@@ -150,9 +150,9 @@ def count_words(lines: Sequence[str], config: VocabularyConfig) -> list[tuple[st
         words = sentence_piece.pretokenize_lines(lines, config.lowercase, config.strip_accents)
     elif config.kind == "byte":  # the "words" are bytes: their counts are the statistics
         return byte_level.count_bytes(lines)
-    else:
+    else:  # counted before spelling in bytes: each distinct word is converted once
         special_tokens, _ = bpe.special_token_layout(config.resolved_special_tokens)
-        words = bpe.pretokenize_lines(lines, special_tokens)
+        return list(bpe.count_words(lines, special_tokens).items())
     return list(collections.Counter(words).items())
 
 

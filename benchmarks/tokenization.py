@@ -1,0 +1,355 @@
+"""Tokenization throughput: the project's in-graph tokenizers (keras-nlp WordPiece with
+BERT's normaliser, keras-nlp byte-level BPE, as ``load_tokenizer`` builds them) against
+Hugging Face ``tokenizers`` (Rust) on the SAME vocabulary, with a check that ids agree.
+
+    .venv/bin/python benchmarks/tokenization.py               # about 4-5 minutes on 2 cores
+    .venv/bin/python benchmarks/tokenization.py --quick       # smoke check, under a minute
+
+The vocabularies (size 8,000, minimum frequency 2) are learned by VocabularyGen's own
+functions (``executor.count_words`` + ``executor.learn_and_write``) from
+data/demo/corpus.txt; ``tokenizers`` reads the same ``vocab.txt`` / ``vocab.json`` +
+``merges.txt`` (WordPiece: BertNormalizer lower-casing and stripping accents +
+BertPreTokenizer; BPE: ByteLevel without a prefix space, ``<|endoftext|>`` a special
+token). The sentences are the corpus's lines (1x: 7,430 lines, 209k words), repeated for
+4x and 16x.
+
+Rows (sentences per second; batches of 256 sentences; the best of a few passes after a
+warm-up pass, which also fills keras-nlp's BPE word cache and tokenizers' own):
+
+* ``tf.data map``: ``Dataset.from_tensor_slices(lines).batch(256).map(tokenizer,
+  AUTOTUNE).prefetch`` iterated to the end, as training input pipelines run it.
+* ``tf.function``: one traced function called on each batch (ragged ids out).
+* ``eager call``: ``tokenizer(batch)`` outside any graph, as a user calls it; keras-nlp
+  turns the ragged result into Python lists.
+* ``tokenizers encode_batch``: Rust, threads on both cores; ids read back into Python.
+
+Agreement: the share of sentences whose ids are identical (corpus lines, WikiText-2
+validation lines and a few hard strings); the first disagreements are printed with their
+tokens and grouped by cause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+sys.path.insert(0, os.path.dirname(__file__))
+
+import common  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(REPO, "data", "demo", "corpus.txt")
+HELD_OUT = "/work/shared/data/wikitext-2/valid.txt"
+VOCAB_SIZE = 8000
+BATCH = 256
+KINDS = ("wordpiece", "bpe")
+HARD_STRINGS = [
+    "Crème brûlée à la café, naïve façade — São Paulo",
+    "emoji 😀👍🏽 and flags 🇫🇷!",
+    "東京タワー 北京大学 한국어",
+    "multiple   spaces  and\ttabs\t\tand trailing  ",
+    "  leading spaces, it's, we'll, they'd",
+    "x\u00a0nbsp \u3000ideographic\u2009thin",
+    "ﬁnancial ǅ İstanbul ΣΑΣ straße",
+    "end of text<|endoftext|>next document",
+    "a" * 120,
+]
+
+
+def corpus_lines(scale: float, quick: bool) -> list[str]:
+    with open(CORPUS, encoding="utf-8") as f:
+        base = 400 if quick else sum(1 for line in f if line.strip())
+    return [line.strip() for line in common.corpus_lines(CORPUS, scale, base)]
+
+
+def held_out_lines(limit: int) -> list[str]:
+    with open(HELD_OUT, encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()][:limit]
+
+
+# --- Vocabularies and tokenizers -----------------------------------------------------------
+def learn_vocabulary(kind: str, lines: list[str], vocab_dir: str) -> str:
+    """VocabularyGen's steps in this process: count words batch by batch, learn, write."""
+    from lmfactory.components.vocabulary import VocabularyConfig, executor
+
+    config = VocabularyConfig(kind=kind, vocab_size=VOCAB_SIZE, min_frequency=2)
+    counts = collections.Counter()
+    for start in range(0, len(lines), 512):
+        for word, count in executor.count_words(lines[start:start + 512], config):
+            counts[word] += count
+    return executor.learn_and_write(sorted(counts.items()), vocab_dir, config, "corpus")
+
+
+def rust_tokenizer(kind: str, vocab_dir: str):
+    """A ``tokenizers.Tokenizer`` reading the project's vocabulary files of ``kind``."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    if kind == "wordpiece":
+        with open(os.path.join(vocab_dir, "vocab.txt"), encoding="utf-8") as f:
+            vocabulary = {token: index for index, token in enumerate(f.read().splitlines())}
+        tokenizer = Tokenizer(models.WordPiece(vocab=vocabulary, unk_token="[UNK]"))
+        tokenizer.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=True, lowercase=True)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        return tokenizer
+    with open(os.path.join(vocab_dir, "vocab.json"), encoding="utf-8") as f:
+        vocabulary = json.load(f)
+    with open(os.path.join(vocab_dir, "merges.txt"), encoding="utf-8") as f:
+        merges = [tuple(line.split(" ")) for line in f.read().splitlines()
+                  if line and not line.startswith("#version")]
+    tokenizer = Tokenizer(models.BPE(vocab=vocabulary, merges=merges))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(["<|endoftext|>"])
+    return tokenizer
+
+
+# --- Throughput ------------------------------------------------------------------------------
+def batches(lines: list[str]) -> list[list[str]]:
+    return [lines[start:start + BATCH] for start in range(0, len(lines), BATCH)]
+
+
+def runners(tokenizer, rust, lines: list[str]) -> dict:
+    """Name -> a function tokenizing all ``lines`` once in that way."""
+    import tensorflow as tf
+
+    string_batches = [tf.constant(batch) for batch in batches(lines)]
+    text_batches = batches(lines)
+    traced = tf.function(lambda batch: tokenizer(batch))
+    dataset = (tf.data.Dataset.from_tensor_slices(lines).batch(BATCH)
+               .map(tokenizer, num_parallel_calls=tf.data.AUTOTUNE)
+               .prefetch(tf.data.AUTOTUNE))
+
+    def run_dataset():
+        for _ in dataset:
+            pass
+
+    def run_traced():
+        for batch in string_batches:
+            traced(batch)
+
+    def run_eager():
+        for batch in string_batches:
+            tokenizer(batch)
+
+    def run_rust():
+        for batch in text_batches:
+            [encoding.ids for encoding in rust.encode_batch(batch, add_special_tokens=False)]
+
+    return {"tf.data map": run_dataset, "tf.function": run_traced, "eager call": run_eager,
+            "tokenizers encode_batch": run_rust}
+
+
+def throughput(fn, sentences: int, quick: bool) -> tuple[float, float]:
+    """Sentences per second of the first pass (tracing, empty caches) and of the best
+    later pass."""
+    started = time.perf_counter()
+    fn()
+    first = time.perf_counter() - started
+    seconds = common.best_time(fn, repeats=1 if quick else 3, warmup=0, budget_seconds=8.0)
+    return sentences / first, sentences / seconds
+
+
+# --- Agreement -------------------------------------------------------------------------------
+def project_ids(tokenizer, lines: list[str]) -> list[list[int]]:
+    import tensorflow as tf
+
+    traced = tf.function(lambda batch: tokenizer(batch))
+    ids = []
+    for batch in batches(lines):
+        ids += traced(tf.constant(batch)).to_list()
+    return ids
+
+
+def agreement(kind, tokenizer, rust, lines: list[str]) -> dict:
+    """Share of ``lines`` with identical ids, and the disagreements (cause, example)."""
+    ours = project_ids(tokenizer, lines)
+    theirs = [encoding.ids for encoding in rust.encode_batch(lines, add_special_tokens=False)]
+    differing = [index for index, (a, b) in enumerate(zip(ours, theirs)) if a != b]
+    examples = []
+    causes = collections.Counter()
+    for index in differing:
+        cause, detail = explain(kind, tokenizer, rust, lines[index], ours[index],
+                                theirs[index])
+        causes[cause] += 1
+        if len(examples) < 6:
+            examples.append({"text": lines[index][:160], "cause": cause, "detail": detail})
+    return {"sentences": len(lines), "agree": 1 - len(differing) / max(len(lines), 1),
+            "differing": len(differing), "causes": dict(causes), "examples": examples}
+
+
+def explain(kind, tokenizer, rust, text, ours, theirs) -> tuple[str, str]:
+    """A short cause for one disagreement: the first differing token of each side."""
+    vocabulary = tokenizer.get_vocabulary()
+    position = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b),
+                    min(len(ours), len(theirs)))
+    mine = [vocabulary[i] for i in ours[position:position + 4]]
+    other = [rust.id_to_token(i) for i in theirs[position:position + 4]]
+    detail = f"project {mine} vs tokenizers {other}"
+    if kind == "wordpiece":
+        word = next((w for w in text.split() if len(w) > 100), None)
+        if word is not None:
+            return "word over 100 characters (tokenizers: [UNK])", detail
+        if "[UNK]" in mine or "[UNK]" in other:
+            return "a word only one side maps to [UNK]", detail
+        return "normalisation / splitting", detail
+    if "<|endoftext|>" in text:
+        return "text around a special token", detail
+    if any(ord(c) > 127 and c.isspace() for c in text):
+        return "non-ASCII whitespace (keras-nlp's RE2 split)", detail
+    if "  " in text or "\t" in text:
+        return "whitespace runs", detail
+    return "other", detail
+
+
+# --- The benchmark -------------------------------------------------------------------------
+def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False) -> common.Result:
+    import tensorflow as tf  # noqa: F401
+
+    from lmfactory.models.tokenizers import load_tokenizer
+
+    started = time.perf_counter()
+    os.makedirs(out_dir, exist_ok=True)
+    scales = tuple(scales)
+    work = tempfile.mkdtemp(prefix="tokenization_bench_")
+    figures = {"throughput": {}, "agreement": {}, "learn_seconds": {}}
+    try:
+        base_lines = corpus_lines(1, quick)
+        check_lines = (base_lines + held_out_lines(200 if quick else 3000) + HARD_STRINGS)
+        for kind in KINDS:
+            learn_started = time.perf_counter()
+            vocab_dir = learn_vocabulary(kind, base_lines, os.path.join(work, kind))
+            figures["learn_seconds"][kind] = time.perf_counter() - learn_started
+            tokenizer, rust = load_tokenizer(vocab_dir), rust_tokenizer(kind, vocab_dir)
+            figures["agreement"][kind] = agreement(kind, tokenizer, rust, check_lines)
+            figures["throughput"][kind] = {}
+            for scale in scales:
+                lines = corpus_lines(scale, quick)
+                modes = runners(tokenizer, rust, lines)
+                if scale != scales[0]:  # the scaling study: the batched paths only
+                    modes = {name: fn for name, fn in modes.items()
+                             if name in ("tf.data map", "tokenizers encode_batch")}
+                record = figures["throughput"][kind][scale] = {
+                    "sentences": len(lines), "words": sum(len(line.split()) for line in lines),
+                    "first pass": {}}
+                for name, fn in modes.items():
+                    record["first pass"][name], record[name] = throughput(fn, len(lines), quick)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result = common.Result(name="Tokenization throughput", tables=[], figures=figures)
+    result.tables = make_tables(figures, scales)
+    result.plots = make_plots(figures, scales, out_dir)
+    result.findings = findings(figures, scales)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def make_tables(figures, scales) -> list:
+    rows = []
+    for kind, by_scale in figures["throughput"].items():
+        for scale, record in by_scale.items():
+            rust = record["tokenizers encode_batch"]
+            for name, value in record.items():
+                if name in ("sentences", "words", "first pass"):
+                    continue
+                rows.append([kind, f"{scale}x", record["sentences"], name, value,
+                             value * record["words"] / record["sentences"] / 1e3,
+                             value / rust, record["first pass"][name]])
+    speed = common.Table(
+        title="Tokenization throughput (same vocabulary, batches of 256 sentences)",
+        columns=["kind", "scale", "sentences", "path", "sentences / s", "k words / s",
+                 "/ tokenizers", "first pass sentences / s"], rows=rows, digits=3,
+        note=("Best of up to 3 passes after a first pass (its own column: tracing and empty "
+              "word caches). Eager and tf.function rows at "
+              f"{scales[0]}x only; the scaling rows time the batched paths. tokenizers "
+              "uses Rust threads on both cores; the in-graph paths use TensorFlow's "
+              "thread pools."))
+    agree_rows = []
+    for kind, record in figures["agreement"].items():
+        causes = "; ".join(f"{cause}: {count}" for cause, count in record["causes"].items())
+        agree_rows.append([kind, record["sentences"], 100 * record["agree"],
+                           record["differing"], causes or "-"])
+    agree = common.Table(
+        title="Do the ids agree? (project in-graph tokenizer vs tokenizers, same files)",
+        columns=["kind", "sentences", "identical ids %", "differing", "causes"],
+        rows=agree_rows, digits=5,
+        note="Corpus lines, WikiText-2 validation lines and a few hard strings.")
+    example_rows = [[kind, example["text"][:70].replace("|", "\\|"), example["cause"],
+                     example["detail"].replace("|", "\\|")]
+                    for kind, record in figures["agreement"].items()
+                    for example in record["examples"]]
+    examples = common.Table(title="First disagreements",
+                            columns=["kind", "text", "cause", "first differing tokens"],
+                            rows=example_rows or [["-", "-", "-", "-"]])
+    return [speed, agree, examples]
+
+
+def make_plots(figures, scales, out_dir) -> list:
+    series = {}
+    for kind, by_scale in figures["throughput"].items():
+        for name in ("tf.data map", "tokenizers encode_batch"):
+            series[f"{kind}: {name}"] = (list(by_scale), [by_scale[s][name] for s in by_scale])
+    line = common.line_plot(os.path.join(out_dir, "tokenization_scaling.png"),
+                            "Tokenization throughput vs corpus size", "corpus scale",
+                            "sentences / s", series, log_x=True, log_y=True)
+    bars = {f"{kind} {name}": value
+            for kind, by_scale in figures["throughput"].items()
+            for name, value in by_scale[scales[0]].items()
+            if name not in ("sentences", "words", "first pass")}
+    bar = common.bar_plot(os.path.join(out_dir, "tokenization_throughput.png"),
+                          f"Tokenization throughput at {scales[0]}x", "sentences / s", bars)
+    return [line, bar]
+
+
+def findings(figures, scales) -> list:
+    notes = []
+    for kind, by_scale in figures["throughput"].items():
+        first = by_scale[scales[0]]
+        rust = first["tokenizers encode_batch"]
+        notes.append(f"{kind}: tokenizers encodes {rust:,.0f} sentences/s; the in-graph "
+                     f"tokenizer {first['tf.data map']:,.0f} in tf.data "
+                     f"({first['tf.data map'] / rust:.2f}x), "
+                     f"{first['tf.function']:,.0f} in a tf.function, "
+                     f"{first['eager call']:,.0f} called eagerly.")
+        if len(scales) > 1:
+            spread = [by_scale[scale]["tf.data map"] for scale in scales]
+            notes.append(f"{kind}: tf.data throughput from {scales[0]}x to {scales[-1]}x: "
+                         + " -> ".join(f"{value:,.0f}" for value in spread)
+                         + " sentences/s (flat = linear time).")
+        cold = first["first pass"]
+        notes.append(f"{kind}: first passes (tracing, empty word caches): tf.function "
+                     f"{cold['tf.function']:,.0f}, tf.data {cold['tf.data map']:,.0f}, "
+                     f"tokenizers {cold['tokenizers encode_batch']:,.0f} sentences/s.")
+        record = figures["agreement"][kind]
+        notes.append(f"{kind}: ids identical on {100 * record['agree']:.2f}% of "
+                     f"{record['sentences']} sentences"
+                     + (f"; differences: {record['causes']}." if record["causes"] else "."))
+    return notes
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out-dir", default="benchmark_results")
+    parser.add_argument("--quick", action="store_true", help="small smoke run (< 60 s)")
+    parser.add_argument("--scales", type=float, nargs="+", default=None)
+    args = parser.parse_args(argv)
+    scales = tuple(int(s) if float(s).is_integer() else s for s in args.scales) if args.scales \
+        else ((1, 2) if args.quick else (1, 4, 16))
+    result = run(scales=scales, out_dir=args.out_dir, quick=args.quick)
+    common.write_json(result.figures, os.path.join(args.out_dir, "tokenization.json"))
+    print(result.markdown())
+    return result
+
+
+if __name__ == "__main__":
+    main()
