@@ -51,16 +51,16 @@ def run_one(name: str, out_dir: str, scales: tuple, quick: bool, timeout: float)
     if returncode != 0 or not os.path.exists(record_path):
         with open(os.path.join(target, "log.txt"), encoding="utf-8", errors="replace") as f:
             tail = f.read()[-3000:]
-        return {"name": name, "error": f"exit {returncode}", "log_tail": tail,
-                "seconds": seconds}
+        return {"name": name, "module": name, "error": f"exit {returncode}",
+                "log_tail": tail, "seconds": seconds}
     with open(record_path, encoding="utf-8") as f:
         record = json.load(f)
-    record["wall_seconds"] = seconds
+    record.update(module=name, wall_seconds=seconds)
     return record
 
 
 def _markdown_of(record: dict, out_dir: str) -> str:
-    name = record["name"]
+    name = record["module"]
     if "error" in record:
         return (f"## {name}\n\nFAILED ({record['error']}, {record['seconds']:.0f} s); the "
                 f"end of its log:\n\n```\n{record['log_tail']}\n```\n")

@@ -64,7 +64,7 @@ class GPT2CausalLM(CausalLMGeneration, BackboneTask, keras.Model):
     §2: language modelling is estimating p(x) = prod_i p(s_i | s_1, ..., s_{i-1}); the
     objective is the negative log-likelihood of each token given its prefix. GPT-1 §3.1:
     P(u) = softmax(h_n W_e^T), the output projection is the transposed token embedding
-    matrix W_e.
+    matrix W_e (`output_logits`, a `TiedLogits` layer without weights of its own).
 
     Inputs (dict, int32 [batch, seq_len]): `token_ids`, `padding_mask`.
     Output: next-token logits [batch, seq_len, vocabulary_size].
