@@ -37,8 +37,11 @@ weights, repeated and prefetched), mapped to each model's input layout.
 Timing: every model runs `fit` for 2 warm-up steps (tracing, XLA compilation), then the
 contenders of a configuration take turns, 3 rounds of one step each (so a burst of load
 from other processes hits all of them alike); a callback times each step and the figure is
-the fastest step (the least disturbed on a shared machine). tokens/s = batch x sequence / step
-time (padding positions included: they are computed).
+the fastest step (the least disturbed on a shared machine). tokens/s = batch x sequence /
+step time (padding positions included: they are computed).
+
+``--quick`` runs the same code on 2-layer, width-128 stand-ins ("BERT-tiny", "GPT-2-tiny",
+full vocabularies), default variant only, two scaling points: a smoke check, not figures.
 
 FLOPs: model FLOPs per trained token = 6 N + 12 L T d + output layer, with N the
 non-embedding parameters of the Transformer blocks, L layers, T the sequence length, d the
@@ -468,13 +471,18 @@ def findings(records: list, scaling: list, micro: list, peaks: dict, pipeline: f
                                f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x the "
                                f"default tokens/s.")
     for row in micro:
-        out.append(f"Tied output layer {row[0]}, forward + backward: keras-nlp's 3-D call "
-                   f"{row[2]:.0f} ms, the project's folded `tied_logits` {row[3]:.0f} ms "
-                   f"(same logits: {row[5]}). The 3-D call's table gradient builds a "
-                   f"[B, d, V] tensor and sums it over B, so the saving grows with the "
-                   f"batch: large for BERT's 32 x 20 predictions, small for GPT-2 at "
-                   f"batch 4. 'project MLM' (RoBERTa's pretrainer) still uses keras-nlp's "
-                   f"head.")
+        out.append(f"Tied output layer, {row[0]} {row[1]}, forward + backward: keras-nlp's "
+                   f"3-D call {row[2]:.0f} ms, the project's folded `tied_logits` "
+                   f"{row[3]:.0f} ms (same logits: {row[5]}).")
+    if micro:
+        out.append("What differs between the project's BERT / GPT-2 steps and keras-hub's "
+                   "(same keras-nlp Transformer layers): keras-hub's tied output layer "
+                   "multiplies [B, T, d] by the [d, V] table with a broadcasting matmul, "
+                   "whose table gradient is a [B, d, V] tensor summed over B; the project "
+                   "folds the rows to [1, B T, d] first (same logits). The saving grows "
+                   "with B, which falls as T grows in the scaling rows; GPT-2 at batch 4 "
+                   "gains little. 'project MLM' (RoBERTa's pretrainer) still uses "
+                   "keras-nlp's head.")
     if any(100 * r["flops_per_s"] / peaks["bfloat16" if r["variant"] == "bf16"
                                           else "float32"] > 100 for r in records):
         out.append("Rows above 100% of peak: the peak matmul measurement was slowed by "
@@ -519,7 +527,8 @@ def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False,
         scaling_records += reused or measure_setup(setup, dist, timing)
     micro = output_layer_times(cases, repeats=2 if quick else 4)
     # Measured again at the end: the higher figure is the less disturbed one.
-    peaks = {dtype: max(peak, measure_peaks(quick)[dtype]) for dtype, peak in peaks.items()}
+    again = measure_peaks(quick)
+    peaks = {dtype: max(peak, again[dtype]) for dtype, peak in peaks.items()}
 
     note = ("tokens/s = batch x sequence length / fastest step (padding included). FLOPs "
             "per token = 6 N + 12 L T d + output layer (6 d V per predicted position, plus "
