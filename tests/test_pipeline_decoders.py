@@ -87,8 +87,13 @@ def test_vocabulary_reserves_gpt1_tokens_and_pairs_pack_as_entailment(gpt1_vocab
     assert similarity((tf.constant(["a"]), tf.constant(["b"])))["token_ids"].shape == (1, 2, 16)
     with pytest.raises(ValueError, match="packs the task"):
         classifier_preprocessor(vocab_dir, "gpt1", 16, 1, {"task": "entailment"})
+    # The multiple-choice task kind packs a context and its answers [B, C] (§3.3).
+    choices = classifier_preprocessor(vocab_dir, "gpt1", 16, 2, {"task": "multiple_choice"})
+    assert choices.task == "multiple_choice"
+    packed = choices((tf.constant(["a", "b"]), tf.constant([["x", "y", "z"]] * 2)))
+    assert packed["token_ids"].shape == (2, 3, 16)
     with pytest.raises(ValueError, match="packs the task"):
-        classifier_preprocessor(vocab_dir, "gpt1", 16, 2, {"task": "multiple_choice"})
+        classifier_preprocessor(vocab_dir, "gpt1", 16, 1, {"task": "multiple_choice"})
     # Encoders keep the cls/sep packing.
     assert models.get("bert").classifier_preprocessor is None
 
