@@ -17,6 +17,12 @@ import platform
 import time
 from typing import Callable, Sequence
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO_CORPUS = os.path.join(REPO, "data", "demo", "corpus.txt")
+# The shared task data sit beside the checkout (as the tests expect: ../shared/data).
+WIKITEXT_VALID = os.path.join(os.path.dirname(REPO), "shared", "data", "wikitext-2",
+                              "valid.txt")
+
 
 @dataclasses.dataclass
 class Table:

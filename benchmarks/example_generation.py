@@ -50,8 +50,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORPUS = os.path.join(REPO, "data", "demo", "corpus.txt")
+REPO = common.REPO
+CORPUS = common.DEMO_CORPUS
 BEAM_ARGS = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 # The same instance settings on both sides (google-research/bert's defaults, dupe 5).
 SETTINGS = {"max_seq_length": 128, "dupe_factor": 5, "masked_lm_prob": 0.15,

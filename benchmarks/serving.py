@@ -49,9 +49,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = common.REPO
 SST2_DEV = os.path.join(REPO, "data", "demo", "sst2", "dev.tsv")
-CORPUS = os.path.join(REPO, "data", "demo", "corpus.txt")
+CORPUS = common.DEMO_CORPUS
 VOCABULARY_SIZE = 8000
 BASE_SEQUENCE_LENGTH = 32    # 1x; 4x = 128, 16x = 512
 PRESETS = ("tiny", "mini")   # BERT-tiny L2 H128, BERT-mini L4 H256 (Turc et al. 2019)

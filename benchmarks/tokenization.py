@@ -45,9 +45,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import common  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORPUS = os.path.join(REPO, "data", "demo", "corpus.txt")
-HELD_OUT = "/work/shared/data/wikitext-2/valid.txt"
+REPO = common.REPO
+CORPUS = common.DEMO_CORPUS
+HELD_OUT = common.WIKITEXT_VALID
 VOCAB_SIZE = 8000
 BATCH = 256
 KINDS = ("wordpiece", "bpe")
