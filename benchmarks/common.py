@@ -183,3 +183,21 @@ def save_result(result: Result, out_dir: str) -> None:
                 "findings": result.findings, "figures": result.figures,
                 "tables": [dataclasses.asdict(table) for table in result.tables]},
                os.path.join(out_dir, "result.json"))
+
+
+def argument_parser(doc: str):
+    """The command line every benchmark module shares: --out-dir, --quick, --scales."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out-dir", default="benchmark_results")
+    parser.add_argument("--quick", action="store_true", help="smoke run, under a minute")
+    parser.add_argument("--scales", default="1,4,16", help="comma-separated, e.g. 1,4,16")
+    return parser
+
+
+def print_and_save(result: Result, out_dir: str, json_name: str) -> None:
+    """What a module's ``main`` ends with: the raw figures as JSON, the Markdown printed."""
+    os.makedirs(out_dir, exist_ok=True)
+    write_json(result.figures, os.path.join(out_dir, json_name))
+    print(result.markdown())

@@ -383,18 +383,14 @@ def _findings(rows, compare_rows, startup) -> list:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out-dir", default="benchmark_results")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--scales", default="1,4,16")
+    parser = common.argument_parser(__doc__)
     parser.add_argument("--child", nargs=2, metavar=("KIND", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         _child_main(*args.child)
         return
     result = run(tuple(int(s) for s in args.scales.split(",")), args.out_dir, args.quick)
-    common.write_json(result.figures, os.path.join(args.out_dir, "example_generation.json"))
-    print(result.markdown())
+    common.print_and_save(result, args.out_dir, "example_generation.json")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ it.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -332,14 +331,10 @@ def _findings(models_figures: dict, presets, scales, words_per_sentence: float) 
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out-dir", default="benchmark_results")
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--scales", default="1,4,16")
+    parser = common.argument_parser(__doc__)
     args = parser.parse_args(argv)
     result = run(tuple(int(s) for s in args.scales.split(",")), args.out_dir, args.quick)
-    common.write_json(result.figures, os.path.join(args.out_dir, "serving.json"))
-    print(result.markdown())
+    common.print_and_save(result, args.out_dir, "serving.json")
 
 
 if __name__ == "__main__":
