@@ -17,21 +17,11 @@ import yaml
 
 from lmfactory.components import tasks as task_kinds
 from lmfactory.components.example_gen import formats as ingest_formats
+from lmfactory.components.trainer.optimization import DECAYS
+from lmfactory.components.trainer.strategy import STRATEGIES
 
 RECIPE_SUFFIX = ".yaml"
 FORMATS = ingest_formats.ALL_FORMATS  # text, tsv, csv, jsonl, tfds and the task formats
-# Task kinds with their own head, data format, serving and metrics (components/tasks).
-HEAD_TASKS = task_kinds.names()  # tagging, span_qa, multiple_choice
-TASKS = ("classification", "regression", "causal_lm") + HEAD_TASKS
-# evaluation.metric of each fine-tuning task (components/evaluator/metrics.py)
-TASK_METRICS = {"classification": ("accuracy", "f1", "macro_f1", "matthews_corrcoef"),
-                "regression": ("pearson", "spearman", "mse"),
-                "causal_lm": ("perplexity", "bits_per_character"),
-                **{kind.name: kind.metrics for kind in task_kinds.KINDS.values()}}
-METRICS = tuple(dict.fromkeys(metric for metrics in TASK_METRICS.values()
-                              for metric in metrics))
-SUPERVISED_TASKS = ("classification", "regression")  # a head on the encoder, raw task records
-STRATEGIES = ("auto", "tpu", "mirrored", "multi_worker", "default")
 RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")
 
 # AdamW settings of a training stage (components/trainer/optimization.py): BERT's Adam
@@ -41,7 +31,6 @@ RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")
 OPTIMIZER_DEFAULTS = {"adam_beta_1": 0.9, "adam_beta_2": 0.999, "adam_epsilon": 1e-6,
                       "clip_norm": 1.0, "learning_rate_decay": "linear",
                       "final_learning_rate_fraction": 0.0}
-DECAYS = ("linear", "cosine")
 
 DEFAULTS = {
     "description": "",
@@ -158,6 +147,13 @@ class _Checker:
     def __init__(self, recipe: dict):
         self.recipe = recipe
 
+    def fail(self, field: str, message: str):
+        raise RecipeError(field, message)
+
+    def source(self, field: str) -> None:
+        """A data source (``data.corpus``, ``data.task``, ...): its format and files."""
+        _check_source(self, field)
+
     def get(self, field: str, required: bool = True):
         node = self.recipe
         for key in field.split("."):
@@ -246,33 +242,6 @@ def _check_glue_source(check: _Checker, field: str) -> None:
                                                     f"{finetuning.get('num_classes')!r}")
 
 
-def _check_head_task(check: _Checker, recipe: dict, architecture: str, task: str) -> None:
-    """A tagging / span_qa / multiple_choice task: an encoder, the kind's data format, the
-    kind's task_args."""
-    from lmfactory import models
-
-    kind = task_kinds.get(task)
-    arch = models.get(architecture)
-    own_packing = arch.classifier_preprocessor is not None  # GPT-1's §3.3 transformations
-    if arch.family != "encoder" and not (task == "multiple_choice" and own_packing):
-        raise RecipeError("finetuning.task", f"{task} fine-tuning needs an encoder (or, for "
-                                             f"multiple_choice, an architecture with its own "
-                                             f"task input transformations: gpt1); "
-                                             f"{architecture} is a {arch.family}")
-    if task == "span_qa" and arch.tokenizer_kind != "wordpiece":
-        raise RecipeError("finetuning.task", f"span_qa maps answers through WordPiece "
-                                             f"offsets; {architecture} tokenizes with "
-                                             f"{arch.tokenizer_kind}")
-    check.positive_int("finetuning.sequence_length")
-    _check_source(check, "data.task")
-    check.choice("data.task.format", kind.formats)
-    allowed = set(kind.task_args) - ({"lm_weight"} if not own_packing else set())
-    unknown = sorted(set(recipe["finetuning"].get("task_args", {})) - allowed)
-    if unknown:
-        raise RecipeError("finetuning.task_args", f"{task} takes {sorted(allowed)} for "
-                                                  f"{architecture}; got {unknown}")
-
-
 def _check_pretraining_data(check: _Checker, architecture: str) -> str:
     """The tokenizer, objective and corpus fields of a recipe that pretrains; returns the
     objective name."""
@@ -340,7 +309,7 @@ def _check_teacher(check: _Checker, recipe: dict, architecture: str, objective) 
                                                   f"{models.get(architecture).tokenizer_kind}")
     check.choice("teacher.objective", models.get(name).objectives)
     if check.boolean("teacher.task_distillation"):
-        if models.get(architecture).classifier_distiller_cls is None:
+        if not models.get(architecture).has_head("classification_distillation"):
             raise RecipeError("teacher.task_distillation", f"{architecture} has no "
                                                            f"task-specific distillation")
         if recipe["finetuning"].get("task") != "classification":
@@ -349,6 +318,11 @@ def _check_teacher(check: _Checker, recipe: dict, architecture: str, objective) 
     check.positive_int("teacher.pretraining.batch_size")
     check.positive_int("teacher.pretraining.eval_steps")
     check.fraction("teacher.pretraining.learning_rate", 1e-8, 1.0)
+
+
+def _task_kind(check: _Checker):
+    """The task kind (components/tasks) of ``finetuning.task``."""
+    return task_kinds.for_recipe(check.choice("finetuning.task", task_kinds.recipe_tasks()))
 
 
 def validate(recipe: dict) -> dict:
@@ -368,7 +342,7 @@ def validate(recipe: dict) -> dict:
         objective = _check_pretraining_data(check, architecture)
     elif not isinstance(init_checkpoint, str):
         raise RecipeError("pretraining.init_checkpoint", "must be the path of a checkpoint folder")
-    elif recipe["finetuning"].get("task") not in SUPERVISED_TASKS + HEAD_TASKS:
+    elif _task_kind(check).data_section != "task":
         raise RecipeError("pretraining.init_checkpoint", "starting from a published checkpoint "
                                                          "is supported for encoder tasks, not "
                                                          "causal_lm fine-tuning")
@@ -391,28 +365,9 @@ def validate(recipe: dict) -> dict:
         if not isinstance(recipe[stage].get("task_args", {}), dict):
             raise RecipeError(f"{stage}.task_args", "must be a mapping of the task model's "
                                                     "arguments")
-    task = check.choice("finetuning.task", TASKS)
-    family = models.get(architecture).family
-    if task in SUPERVISED_TASKS:
-        if models.get(architecture).classifier_cls is None:
-            raise RecipeError("finetuning.task", f"{architecture} has no classifier for "
-                                                 f"{task} fine-tuning")
-        check.string_list("finetuning.text_features")
-        if len(recipe["finetuning"]["text_features"]) > 2:
-            raise RecipeError("finetuning.text_features", "one or two text features")
-        check.positive_int("finetuning.num_classes")
-        if task == "regression" and recipe["finetuning"]["num_classes"] != 1:
-            raise RecipeError("finetuning.num_classes", f"a regression task has one output, "
-                                                        f"got {recipe['finetuning']['num_classes']}")
-        check.positive_int("finetuning.sequence_length")
-        _check_source(check, "data.task")
-    elif task in HEAD_TASKS:
-        _check_head_task(check, recipe, architecture, task)
-    else:
-        if family != "decoder" or objective != "causal_lm":
-            raise RecipeError("finetuning.task", "causal_lm fine-tuning needs a decoder")
-        _check_source(check, "data.target_corpus")
-    check.choice("evaluation.metric", TASK_METRICS[task])
+    kind = _task_kind(check)
+    kind.check_recipe(check, recipe, models.get(architecture))
+    check.choice("evaluation.metric", kind.metrics)
     if check.get("evaluation.threshold", required=False) is not None:
         # a correlation (Matthews, Pearson, Spearman) may be blessed above a negative value
         check.fraction("evaluation.threshold", -1.0, 1e9)

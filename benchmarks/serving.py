@@ -8,9 +8,9 @@ sequence length 32 / 128 / 512 (1x / 4x / 16x).
 
 The SavedModel is built the way the Trainer pushes a classification model, without running
 the pipeline: a backbone from ``models.build("bert", preset, vocabulary_size=...)``, the
-architecture's ``classifier_cls(backbone, num_classes=2)``, the classifier preprocessor of a
-WordPiece vocabulary folder (learned here from the demo corpus, 8,000 pieces), wrapped in
-``components/trainer/export.py``'s ``ClassifierServing`` and written with
+architecture's ``head("classification")(backbone, num_classes=2)``, the classifier
+preprocessor of a WordPiece vocabulary folder (learned here from the demo corpus, 8,000 pieces), wrapped in
+``components/trainer/serving.py``'s ``ClassifierServing`` and written with
 ``tf.saved_model.save(..., signatures={"serving_default": ...})``. It is loaded back with
 ``tf.saved_model.load`` (after ``import tensorflow_text``, as TF Serving has its ops) and
 called as ``signatures["serving_default"](sentence=<batch of strings>)`` on real SST-2
@@ -97,14 +97,14 @@ def export_classifier(vocab_dir: str, preset: str, sequence_length: int, export_
     import tensorflow as tf
 
     from lmfactory import models
-    from lmfactory.components.trainer.export import SERVING_SIGNATURE, ClassifierServing
+    from lmfactory.components.trainer.serving import SERVING_SIGNATURE, ClassifierServing
     from lmfactory.models.classifier_preprocessor import classifier_preprocessor
 
     keras.utils.set_random_seed(0)
     preprocessor = classifier_preprocessor(vocab_dir, "bert", sequence_length)
     backbone = models.build("bert", preset,
                             vocabulary_size=preprocessor.tokenizer.vocabulary_size())
-    model = models.get("bert").classifier_cls(backbone, num_classes=2)
+    model = models.get("bert").head("classification")(backbone, num_classes=2)
     module = ClassifierServing(preprocessor, model, ["sentence"])
     tf.saved_model.save(module, export_dir, signatures={SERVING_SIGNATURE: module.signature()})
     return model, preprocessor, model.count_params()

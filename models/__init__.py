@@ -1,7 +1,7 @@
 """Model architectures: registry, construction from presets, and backbone checkpoints.
 
-Importing this package registers every architecture; each model folder registers itself in
-its ``__init__``.
+Importing this package registers every architecture: each model folder (any sub-package of
+``models/``) registers itself in its ``__init__`` and is found by `_import_model_folders`.
 
     from lmfactory import models
     backbone = models.build("bert", "base", vocabulary_size=32000)
@@ -15,21 +15,23 @@ import inspect
 import json
 import os
 
+import importlib
+import pkgutil
+
 from lmfactory.models import registry
-from lmfactory.models import tokenizers  # noqa: F401  (registers the tokenizer classes)
 from lmfactory.models.registry import Architecture, get, names, register
 
-# Each import registers its architecture.
-from lmfactory.models import bert  # noqa: E402,F401  isort:skip
-from lmfactory.models import gpt2  # noqa: E402,F401  isort:skip
-from lmfactory.models import gpt1  # noqa: E402,F401  isort:skip
-from lmfactory.models import gpt3  # noqa: E402,F401  isort:skip
-from lmfactory.models import charlm  # noqa: E402,F401  isort:skip
-from lmfactory.models import roberta  # noqa: E402,F401  isort:skip
-from lmfactory.models import albert  # noqa: E402,F401  isort:skip
-from lmfactory.models import electra  # noqa: E402,F401  isort:skip
-from lmfactory.models import distilbert  # noqa: E402,F401  isort:skip
-from lmfactory.models import tinybert  # noqa: E402,F401  isort:skip
+
+def _import_model_folders() -> None:
+    """Imports every sub-package of ``models/``: each architecture folder registers its
+    `Architecture`, ``tasks`` the encoder family's default heads, ``tokenizers`` the tokenizer
+    kinds. A new folder is found without editing this file."""
+    for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if module.ispkg:
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_import_model_folders()
 
 CHECKPOINT_FORMAT = "lmfactory.backbone"
 CHECKPOINT_CONFIG = "config.json"

@@ -1,7 +1,7 @@
 """Raw strings -> packed model inputs for sentence (pair) classification.
 
 `classifier_preprocessor` picks the layer of an architecture: its own
-(`Architecture.classifier_preprocessor`, e.g. GPT-1's §3.3 input transformations) or the
+(`Architecture.preprocessors`, e.g. GPT-1's §3.3 input transformations) or the
 cls/sep packing below.
 
 BERT §3 / Fig. 2: ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` with segment ids 0 / 1.
@@ -87,13 +87,15 @@ class ClassifierPreprocessor(keras.layers.Layer):
 
 
 def classifier_preprocessor(vocab_dir: str, architecture: str, sequence_length: int,
-                            num_text_features: int = 1, task_args=None):
+                            num_text_features: int = 1, task_args=None,
+                            task_kind: str = "classification"):
     """The layer turning a tuple of ``num_text_features`` batches of raw strings into the
-    inputs of ``architecture``'s classifier, over the vocabulary folder ``vocab_dir``.
+    inputs of ``architecture``'s ``task_kind`` head, over the vocabulary folder
+    ``vocab_dir``.
 
-    An architecture with its own input format registers a factory
-    (`Architecture.classifier_preprocessor`, called as ``fn(vocab_dir, sequence_length,
-    num_text_features, task_args)``; ``task_args`` are the classifier's arguments from the
+    An architecture with its own input format for the kind registers a factory
+    (`Architecture.preprocessors`, called as ``fn(vocab_dir, sequence_length,
+    num_text_features, task_args)``; ``task_args`` are the head's arguments from the
     recipe's ``finetuning.task_args``); the others get `ClassifierPreprocessor` with their
     ``segment_layout``."""
     from lmfactory import models
@@ -103,9 +105,9 @@ def classifier_preprocessor(vocab_dir: str, architecture: str, sequence_length: 
         raise ValueError(f"A classifier reads one or two text features, got "
                          f"{num_text_features}")
     arch = models.get(architecture)
-    if arch.classifier_preprocessor is not None:
-        return arch.classifier_preprocessor(vocab_dir, sequence_length, num_text_features,
-                                            dict(task_args or {}))
+    own = arch.preprocessor(task_kind)
+    if own is not None:
+        return own(vocab_dir, sequence_length, num_text_features, dict(task_args or {}))
     specials = read_tokenizer_config(vocab_dir).get("special_tokens", {})
     return ClassifierPreprocessor(
         load_tokenizer(vocab_dir), sequence_length=sequence_length,

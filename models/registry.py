@@ -12,8 +12,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Optional
 
-FAMILIES = ("encoder", "decoder")
-TOKENIZER_KINDS = ("wordpiece", "bpe", "sentencepiece", "byte")
+# Families (what a backbone is, which heads and objectives fit it):
+# "encoder": bidirectional Transformer encoders (BERT, RoBERTa, ...);
+# "decoder": left-to-right Transformer decoders (GPT-1/2/3, the char Transformer LM);
+# "encoder_decoder": sequence-to-sequence models (Transformer, T5, RNN seq2seq);
+# "recurrent": recurrent language models (ELMo, AWD-LSTM);
+# "embedding": word-embedding models (word2vec, NNLM).
+FAMILIES = ("encoder", "decoder", "encoder_decoder", "recurrent", "embedding")
 # How a classifier packs one or two segments (see models/classifier_preprocessor.py):
 # "bert": [CLS] A [SEP] B [SEP]; "roberta": <s> A </s></s> B </s> (two separators between).
 SEGMENT_LAYOUTS = ("bert", "roberta")
@@ -23,6 +28,26 @@ SEGMENT_LAYOUTS = ("bert", "roberta")
 # bert_config.json + bert_model.ckpt.*).
 CHECKPOINT_FORMATS = ("huggingface", "tf_checkpoint")
 
+# Heads every architecture of a family gets unless it registers its own for the task kind:
+# family -> {task kind -> head}; filled by the modules that define them (models/tasks).
+_FAMILY_HEADS: dict[str, dict[str, Callable]] = {family: {} for family in FAMILIES}
+
+
+def register_family_head(family: str, task_kind: str, head: Callable) -> Callable:
+    """Makes ``head`` the default head of ``task_kind`` for every architecture of
+    ``family`` that does not register its own (e.g. the token classifier of every encoder)."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    _FAMILY_HEADS[family][task_kind] = head
+    return head
+
+
+def _tokenizer_kinds() -> tuple:
+    from lmfactory.models import tokenizers
+
+    names = getattr(tokenizers, "kind_names", None)
+    return tuple(names()) if names else ("wordpiece", "bpe", "sentencepiece", "byte")
+
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
@@ -30,12 +55,11 @@ class Architecture:
 
     Attributes:
         name: registry key, e.g. ``"bert"``.
-        family: ``"encoder"`` (bidirectional, fine-tuned with a classifier head) or
-            ``"decoder"`` (left-to-right, used for generation).
+        family: one of ``FAMILIES``.
         backbone_cls: the `keras.Model` subclass of the bare network.
         presets: preset name -> constructor kwargs of ``backbone_cls`` (plain dicts).
-        tokenizer_kind: ``"wordpiece"``, ``"bpe"``, ``"sentencepiece"`` or ``"byte"``
-            (see ``models/tokenizers.py``).
+        tokenizer_kind: a registered tokenizer kind (``models/tokenizers``: ``"wordpiece"``,
+            ``"bpe"``, ``"sentencepiece"``, ``"byte"``, ...).
         pretrainers: pretraining objective (CONTRACTS §3 ``objective``) -> the task model
             trained on it, constructed as ``cls(backbone, **task_args)``. A class with
             ``needs_teacher = True`` (distillation) is constructed as
@@ -43,24 +67,26 @@ class Architecture:
             teacher is the trained Keras task model of the Trainer's ``base_model`` (it has
             a ``.backbone``); an optional classmethod ``initialize_student(student_backbone,
             teacher_backbone)`` runs first (e.g. DistilBERT's every-other-layer init).
-        classifier_cls: task model for sequence classification, ``cls(backbone,
-            num_classes=K, **task_args)`` (``task_args``: the recipe's
-            ``finetuning.task_args``), or None. Its output is the logits [B, K], or a dict
-            with ``logits`` [B, K] (plus whatever its own loss needs, e.g. GPT-1's
-            ``lm_logits``). A classifier that overrides ``compute_loss`` computes its whole
-            loss and metrics (it is compiled with an optimizer only); any other is trained
-            with sparse categorical cross-entropy on the logits.
-        classifier_preprocessor: ``fn(vocab_dir, sequence_length, num_text_features,
-            task_args) -> layer`` building the layer that maps a tuple of
-            ``num_text_features`` batches of raw strings [B] to the classifier's input dict
-            (run inside tf.data for fine-tuning and inside the exported SavedModel), for an
-            architecture with its own input format (GPT-1's start / delimiter / extract
-            packing); None = ``models/classifier_preprocessor.py``'s cls/sep packing in
-            ``segment_layout``.
-        causal_lm_cls: task model for generation, or None.
-        classifier_distiller_cls: task-specific distillation of a classifier (TinyBERT
-            §3.2), ``cls(student_backbone, teacher=teacher_classifier, num_classes=K,
-            **task_args)`` with a ``classifier`` attribute (what is exported), or None.
+        heads: task kind -> the head (task model class or factory) fine-tuned for it, called
+            as ``head(backbone, **arguments)`` with the kind's arguments (see the task kinds
+            in components/tasks). Kinds and their arguments:
+            ``"classification"``: ``num_classes=K, **task_args`` -> logits [B, K], or a dict
+            with ``logits`` (plus whatever its own loss needs, e.g. GPT-1's ``lm_logits``);
+            a head that overrides ``compute_loss`` computes its whole loss (it is compiled
+            with an optimizer only). Regression uses it with ``num_classes=1``.
+            ``"causal_lm"``: the language model that generates.
+            ``"classification_distillation"``: task-specific distillation of a classifier
+            (TinyBERT §3.2), ``cls(student_backbone, teacher=teacher_classifier,
+            num_classes=K, **task_args)`` with a ``classifier`` attribute (what is exported).
+            ``"tagging"``, ``"span_qa"``, ``"multiple_choice"``: see components/tasks.
+            Kinds not listed here fall back to the family's default heads
+            (`register_family_head`).
+        preprocessors: task kind -> ``fn(vocab_dir, sequence_length, num_text_features,
+            task_args) -> layer`` mapping a tuple of ``num_text_features`` batches of raw
+            strings [B] to the head's input dict (run inside tf.data for fine-tuning and
+            inside the exported SavedModel), for an architecture with its own input format
+            (GPT-1's start / delimiter / extract packing, §3.3); a kind not listed uses
+            ``models/classifier_preprocessor.py``'s cls/sep packing in ``segment_layout``.
         special_tokens: role -> token the vocabulary must reserve (roles: ``pad``, ``unk``,
             ``cls``, ``sep``, ``mask``, ``end_of_text``); None = the tokenizer kind's default.
         segment_layout: how sentence pairs are packed, one of ``SEGMENT_LAYOUTS``.
@@ -76,10 +102,8 @@ class Architecture:
     presets: Mapping
     tokenizer_kind: str
     pretrainers: Mapping
-    classifier_cls: Optional[type] = None
-    classifier_preprocessor: Optional[Callable] = None
-    causal_lm_cls: Optional[type] = None
-    classifier_distiller_cls: Optional[type] = None
+    heads: Mapping = dataclasses.field(default_factory=dict)
+    preprocessors: Mapping = dataclasses.field(default_factory=dict)
     special_tokens: Optional[Mapping] = None
     segment_layout: str = "bert"
     converters: Mapping = dataclasses.field(default_factory=dict)
@@ -90,9 +114,9 @@ class Architecture:
         if self.family not in FAMILIES:
             raise ValueError(f"Architecture {self.name!r}: family must be one of {FAMILIES}, "
                              f"got {self.family!r}")
-        if self.tokenizer_kind not in TOKENIZER_KINDS:
+        if self.tokenizer_kind not in _tokenizer_kinds():
             raise ValueError(f"Architecture {self.name!r}: tokenizer_kind must be one of "
-                             f"{TOKENIZER_KINDS}, got {self.tokenizer_kind!r}")
+                             f"{_tokenizer_kinds()}, got {self.tokenizer_kind!r}")
         if not self.presets:
             raise ValueError(f"Architecture {self.name!r} has no presets")
         if not self.pretrainers:
@@ -104,6 +128,10 @@ class Architecture:
         if unknown:
             raise ValueError(f"Architecture {self.name!r}: unknown checkpoint format(s) "
                              f"{unknown}; known: {CHECKPOINT_FORMATS}")
+        unknown = sorted(set(self.preprocessors) - set(self.task_kinds))
+        if unknown:
+            raise ValueError(f"Architecture {self.name!r}: preprocessors for {unknown}, "
+                             f"which it has no head for")
 
     @property
     def objectives(self) -> tuple:
@@ -116,6 +144,28 @@ class Architecture:
                              f"{objective!r}; it trains {self.objectives}")
         return self.pretrainers[objective]
 
+    @property
+    def task_kinds(self) -> tuple:
+        """The task kinds it has a head for: its own, then its family's defaults."""
+        return tuple(dict.fromkeys([*self.heads, *_FAMILY_HEADS[self.family]]))
+
+    def has_head(self, task_kind: str) -> bool:
+        return task_kind in self.heads or task_kind in _FAMILY_HEADS[self.family]
+
+    def head(self, task_kind: str) -> Callable:
+        """The head fine-tuned for ``task_kind`` (its own, else its family's default)."""
+        if task_kind in self.heads:
+            return self.heads[task_kind]
+        if task_kind in _FAMILY_HEADS[self.family]:
+            return _FAMILY_HEADS[self.family][task_kind]
+        raise ValueError(f"Architecture {self.name!r} ({self.family}) has no {task_kind} "
+                         f"head; its heads: {list(self.task_kinds) or 'none'}")
+
+    def preprocessor(self, task_kind: str) -> Optional[Callable]:
+        """Its own input packing for ``task_kind`` (e.g. GPT-1 §3.3), or None for the
+        pipeline's cls/sep packing."""
+        return self.preprocessors.get(task_kind)
+
     def converter(self, checkpoint_format: str) -> Callable:
         if checkpoint_format not in self.converters:
             raise ValueError(f"Architecture {self.name!r} has no converter for "
@@ -125,6 +175,11 @@ class Architecture:
 
 
 _REGISTRY: dict[str, Architecture] = {}
+
+
+def unregister(name: str) -> None:
+    """Removes architecture ``name`` (for tests that register a temporary one)."""
+    _REGISTRY.pop(name, None)
 
 
 def register(arch: Architecture) -> Architecture:

@@ -27,16 +27,14 @@ from lmfactory.components.example_gen import glue
 from lmfactory.components.example_gen.component import TextExampleGen
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
 from lmfactory.components.vocabulary.component import VocabularyGen
-from lmfactory.recipe import beam_pipeline_args
+from lmfactory.recipe import DEFAULTS, OPTIMIZER_DEFAULTS, beam_pipeline_args
 
 RUN_FN = "lmfactory.components.trainer.run_fn.run_fn"
-OBJECTIVE_KEYS = ("max_seq_length", "masked_lm_prob", "max_predictions_per_seq",
-                  "short_seq_prob", "dupe_factor", "whole_word_masking", "dynamic_masking",
-                  "ngram_masking", "mask_token_rate", "random_token_rate")
-
+# The recipe's objective settings PretrainingExampleGen takes as they are (its ``seed`` is
+# the component's ``random_seed``).
+OBJECTIVE_KEYS = tuple(key for key in DEFAULTS["objective"] if key != "seed")
 # Optimiser settings of a recipe stage passed to the Trainer as they are (TrainerConfig).
-OPTIMIZER_KEYS = ("clip_norm", "adam_beta_1", "adam_beta_2", "adam_epsilon",
-                  "learning_rate_decay", "final_learning_rate_fraction")
+OPTIMIZER_KEYS = tuple(OPTIMIZER_DEFAULTS)
 
 
 def _resolve_path(path: str) -> str:
@@ -70,20 +68,13 @@ def task_input_config(source: dict) -> dict:
     return glue.input_config(source["glue"], directory)
 
 
-def task_record(recipe: dict) -> dict:
-    """The fine-tuning task record (CONTRACTS §4 ``task``) of a classification or regression
-    recipe; a GLUE source adds its label fields and official metrics."""
+def task_record(recipe: dict) -> dict | None:
+    """The fine-tuning task record (CONTRACTS §4 ``task``) of the recipe's task kind
+    (components/tasks); None for continued language-model training, whose record the
+    Trainer writes from the examples' objective."""
     finetuning = recipe["finetuning"]
-    if finetuning["task"] in task_kinds.names():  # tagging, span_qa, multiple_choice
-        return task_kinds.get(finetuning["task"]).task_record(finetuning,
-                                                              recipe["data"]["task"])
-    task = {"kind": finetuning["task"], "text_features": finetuning["text_features"],
-            "num_classes": finetuning["num_classes"],
-            "sequence_length": finetuning["sequence_length"]}
-    source = recipe["data"]["task"]
-    if "glue" in source:
-        task.update(glue.task_record(source["glue"]))
-    return task
+    kind = task_kinds.for_recipe(finetuning["task"])
+    return kind.task_record(finetuning, recipe["data"].get(kind.data_section) or {})
 
 
 def _trainer_config(recipe: dict, settings: dict, task: dict | None,
@@ -195,12 +186,11 @@ def _teacher_stage(recipe: dict, corpus, vocabulary) -> list:
 
 def create_components(recipe: dict, serving_dir: str) -> list:
     components, pretrained_model, vocabulary, teacher = _pretraining_stage(recipe)
-    finetuning = recipe["finetuning"]
-    if finetuning["task"] in ("classification", "regression") + task_kinds.names():
+    task = task_record(recipe)
+    if task_kinds.for_recipe(recipe["finetuning"]["task"]).data_section == "task":
         task_gen = TextExampleGen(
             input_config=task_input_config(recipe["data"]["task"])).with_id("TaskExampleGen")
         task_examples = task_gen.outputs["examples"]
-        task = task_record(recipe)
         components.append(task_gen)
     else:
         target_gen = TextExampleGen(
@@ -209,7 +199,6 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         target_lm_gen = _lm_example_gen(recipe, target_gen.outputs["examples"], vocabulary
                                         ).with_id("TargetLMExampleGen")
         task_examples = target_lm_gen.outputs["pretraining_examples"]
-        task = None
         components += [target_gen, target_lm_gen]
 
     if teacher is not None and recipe["teacher"]["task_distillation"]:

@@ -50,32 +50,29 @@ def _pretrainer_cls(architecture: str, objective: str):
 
 def _classifier_cls(architecture: str):
     from lmfactory import models
-    return models.get(architecture).classifier_cls  # registry API
+    return models.get(architecture).head("classification")  # registry API
 
 
 def _classifier_distiller_cls(architecture: str):
     from lmfactory import models
-    return models.get(architecture).classifier_distiller_cls  # registry API
+    return models.get(architecture).head("classification_distillation")  # registry API
 
 
 def _tagger(backbone, num_labels, task_args):
-    from lmfactory.components.tasks import tagging
-    return tagging._tagger(backbone, num_labels, task_args)  # registry API
+    from lmfactory import models
+    return models.get("bert").head("tagging")(backbone, num_labels=num_labels,
+                                              **task_args)  # registry API
 
 
 def _span_extractor(backbone):
-    from lmfactory.models.tasks.span_extractor import SpanExtractor
-    return SpanExtractor(backbone)  # registry API
+    from lmfactory import models
+    return models.get("bert").head("span_qa")(backbone)  # registry API
 
 
 def _multiple_choice(architecture, backbone, num_choices, task_args):
     from lmfactory import models
-    from lmfactory.models.tasks.multiple_choice import MultipleChoice
-    arch = models.get(architecture)
-    if arch.classifier_preprocessor is not None:  # registry API (GPT-1 §3.3)
-        return arch.classifier_cls(backbone, num_classes=num_choices, task="multiple_choice",
-                                   **task_args)
-    return MultipleChoice(backbone, num_choices=num_choices, **task_args)
+    return models.get(architecture).head("multiple_choice")(
+        backbone, num_choices=num_choices, **task_args)  # registry API
 
 
 def _computes_own_loss(model) -> bool:

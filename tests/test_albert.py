@@ -92,7 +92,7 @@ def test_albert_is_registered():
     assert arch.family == "encoder" and arch.backbone_cls is AlbertBackbone
     assert arch.tokenizer_kind == "sentencepiece"
     assert arch.pretrainer("albert_mlm_sop") is AlbertPretrainer
-    assert arch.classifier_cls is AlbertClassifier
+    assert arch.head("classification") is AlbertClassifier
     assert arch.special_tokens == {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]",
                                    "sep": "[SEP]", "mask": "[MASK]"}
     assert arch.segment_layout == "bert"

@@ -66,7 +66,7 @@ def test_registered_architecture():
     assert arch.backbone_cls is DistilBertBackbone
     assert arch.pretrainers == {"mlm": DistilBertDistiller}
     assert DistilBertDistiller.needs_teacher
-    assert arch.classifier_cls is DistilBertClassifier
+    assert arch.head("classification") is DistilBertClassifier
     assert arch.hf_model_types == ("distilbert",)
     assert set(arch.converters) == {"huggingface"}
     assert arch.special_tokens["mask"] == "[MASK]" and arch.segment_layout == "bert"

@@ -77,7 +77,7 @@ def test_registry_entry():
     assert arch.family == "encoder"
     assert arch.backbone_cls is ElectraBackbone
     assert arch.pretrainer("mlm") is ElectraPretrainer
-    assert arch.classifier_cls is ElectraClassifier
+    assert arch.head("classification") is ElectraClassifier
     assert arch.tokenizer_kind == "wordpiece" and arch.segment_layout == "bert"
     assert arch.special_tokens == {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]",
                                    "sep": "[SEP]", "mask": "[MASK]"}

@@ -13,7 +13,7 @@ from keras import ops
 
 from lmfactory import cli, models
 from lmfactory.components.evaluator import few_shot as fs
-from lmfactory.components.trainer.model_artifact import write_model_artifact
+from lmfactory.components.trainer.export import write_model_artifact
 from lmfactory.components.vocabulary import bpe
 from lmfactory.models.charlm import CharTransformerLM
 from lmfactory.models.charlm.charlm_vocabulary import byte_tokenizer
@@ -372,9 +372,9 @@ def _placeholder_export(task_model, vocab_dir, model_config, export_dir, preproc
 
 def test_cli_few_shot_on_a_model_artifact(tmp_path, gpt2, vocab_dir, small_sst2, capsys,
                                           monkeypatch):
-    from lmfactory.components.trainer import model_artifact
+    from lmfactory.components.trainer import export
 
-    monkeypatch.setattr(model_artifact.export, "export_serving_model", _placeholder_export)
+    monkeypatch.setattr(export, "export_serving_model", _placeholder_export)
     run = tmp_path / "runs" / "tiny"
     artifact = run / "pipeline" / "Pretrainer" / "model" / "7"
     write_model_artifact(str(artifact / "Format-Serving"), gpt2, gpt2.backbone, vocab_dir,

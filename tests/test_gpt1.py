@@ -73,7 +73,7 @@ def test_gpt1_is_registered():
     assert (arch.family, arch.tokenizer_kind, arch.objectives) == ("decoder", "bpe",
                                                                   ("causal_lm",))
     assert arch.backbone_cls is Gpt1Backbone and arch.pretrainer("causal_lm") is Gpt1CausalLM
-    assert arch.causal_lm_cls is Gpt1CausalLM
+    assert arch.head("causal_lm") is Gpt1CausalLM
     assert arch.special_tokens == SPECIAL_TOKENS
     assert {"end_of_text", "pad", "start", "delimiter", "extract"} == set(SPECIAL_TOKENS)
     assert len(set(SPECIAL_TOKENS.values())) == 4  # pad is the end-of-text token

@@ -61,7 +61,7 @@ def test_registered_as_a_gpt2_style_decoder():
     assert (arch.family, arch.tokenizer_kind, arch.objectives) == ("decoder", "bpe",
                                                                    ("causal_lm",))
     assert arch.backbone_cls is GPT3Backbone
-    assert arch.pretrainer("causal_lm") is GPT2CausalLM and arch.causal_lm_cls is GPT2CausalLM
+    assert arch.pretrainer("causal_lm") is GPT2CausalLM and arch.head("causal_lm") is GPT2CausalLM
     assert arch.special_tokens == gpt2.special_tokens
     assert "Brown" in arch.paper and "Child" in arch.paper
 

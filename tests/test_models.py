@@ -101,10 +101,12 @@ def test_registry_lists_both_architectures():
     assert (bert_arch.family, bert_arch.tokenizer_kind, bert_arch.objectives) == (
         "encoder", "wordpiece", ("bert_mlm_nsp",))
     assert (bert_arch.backbone_cls, bert_arch.pretrainer("bert_mlm_nsp"),
-            bert_arch.classifier_cls, bert_arch.causal_lm_cls) == (BertBackbone, BertPretrainer, BertClassifier, None)
+            bert_arch.head("classification"), bert_arch.has_head("causal_lm")) == (
+        BertBackbone, BertPretrainer, BertClassifier, False)
     assert (gpt2_arch.family, gpt2_arch.tokenizer_kind, gpt2_arch.objectives) == (
         "decoder", "bpe", ("causal_lm",))
-    assert gpt2_arch.causal_lm_cls is GPT2CausalLM and gpt2_arch.classifier_cls is None
+    assert gpt2_arch.head("causal_lm") is GPT2CausalLM
+    assert not gpt2_arch.has_head("classification")
     assert "Devlin" in bert_arch.paper and "Radford" in gpt2_arch.paper
     assert set(models.presets("bert")) == {"tiny", "mini", "small", "medium", "base", "large"}
     assert set(models.presets("gpt2")) == {"tiny", "124M", "355M", "774M", "1558M"}

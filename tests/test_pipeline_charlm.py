@@ -14,7 +14,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (ops used by the serving graph)
 
 from dag_helpers import TINY_TRAINING
-from lmfactory.components.trainer import run_fn
+from lmfactory.components.tasks import language_model
 from lmfactory.models.charlm import CharTransformerLM
 from lmfactory.models.gpt2 import GPT2CausalLM
 from lmfactory.models.tokenizers import Utf8ByteTokenizer
@@ -115,12 +115,12 @@ def test_run_fn_passes_the_train_steps_as_total_steps():
     """CharTransformerLM phases its intermediate losses out over `total_steps` (§2.2); the
     trainer gives it its own step count. Task models without the argument get none, and a
     recipe's `task_args` still win."""
-    assert run_fn._schedule_args(CharTransformerLM, {}, 1200) == {"total_steps": 1200}
-    assert run_fn._schedule_args(CharTransformerLM, {"multiple_targets": False}, 30) == {
-        "total_steps": 30, "multiple_targets": False}
-    assert run_fn._schedule_args(CharTransformerLM, {"total_steps": 7}, 30) == {
+    assert language_model._schedule_args(CharTransformerLM, {}, 1200) == {"total_steps": 1200}
+    assert language_model._schedule_args(CharTransformerLM, {"multiple_targets": False},
+                                         30) == {"total_steps": 30, "multiple_targets": False}
+    assert language_model._schedule_args(CharTransformerLM, {"total_steps": 7}, 30) == {
         "total_steps": 7}
-    assert run_fn._schedule_args(GPT2CausalLM, {}, 30) == {}
+    assert language_model._schedule_args(GPT2CausalLM, {}, 30) == {}
 
 
 def test_bits_per_character_metric():

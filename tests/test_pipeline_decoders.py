@@ -95,7 +95,7 @@ def test_vocabulary_reserves_gpt1_tokens_and_pairs_pack_as_entailment(gpt1_vocab
     with pytest.raises(ValueError, match="packs the task"):
         classifier_preprocessor(vocab_dir, "gpt1", 16, 1, {"task": "multiple_choice"})
     # Encoders keep the cls/sep packing.
-    assert models.get("bert").classifier_preprocessor is None
+    assert models.get("bert").preprocessor("classification") is None
 
 
 def _write_examples(path, rows, features):

@@ -270,16 +270,16 @@ def test_task_formats_count_malformed_records_instead_of_losing_them(tmp_path):
 
 def test_tagging_task_args_choose_fine_tuning_or_frozen_features():
     from lmfactory import models
-    from lmfactory.components.tasks.tagging import _tagger
     from lmfactory.models.tasks.feature_based_tagger import FeatureBasedTagger
     from lmfactory.models.tasks.token_classifier import TokenClassifier
 
+    tagger = models.get("bert").head("tagging")  # the encoder family's default
     backbone = models.build("bert", "tiny", vocabulary_size=64, max_sequence_length=16)
-    fine_tuned = _tagger(backbone, 5, {"dropout": 0.2})
+    fine_tuned = tagger(backbone, 5, dropout=0.2)
     assert type(fine_tuned) is TokenClassifier and backbone.trainable
-    features = _tagger(models.build("bert", "tiny", vocabulary_size=64,
-                                    max_sequence_length=16),
-                       5, {"feature_mode": "sum_all", "lstm_units": 8})
+    features = tagger(models.build("bert", "tiny", vocabulary_size=64,
+                                   max_sequence_length=16),
+                      5, feature_mode="sum_all", lstm_units=8)
     assert isinstance(features, FeatureBasedTagger) and not features.backbone.trainable
     with pytest.raises(ValueError, match="go with feature_mode"):
-        _tagger(backbone, 5, {"lstm_units": 8})
+        tagger(backbone, 5, lstm_units=8)

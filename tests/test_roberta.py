@@ -89,8 +89,9 @@ def test_registry_record():
     assert isinstance(arch, registry.Architecture)
     assert (arch.family, arch.tokenizer_kind, arch.objectives, arch.segment_layout) == (
         "encoder", "bpe", ("mlm",), "roberta")
-    assert (arch.backbone_cls, arch.pretrainer("mlm"), arch.classifier_cls,
-            arch.causal_lm_cls) == (RobertaBackbone, RobertaPretrainer, RobertaClassifier, None)
+    assert (arch.backbone_cls, arch.pretrainer("mlm"), arch.head("classification"),
+            arch.has_head("causal_lm")) == (RobertaBackbone, RobertaPretrainer,
+                                            RobertaClassifier, False)
     assert arch.special_tokens == {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>",
                                    "mask": "<mask>"}
     assert arch.converter("huggingface") is from_huggingface

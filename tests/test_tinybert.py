@@ -74,7 +74,7 @@ def test_registered_architecture():
     assert arch.backbone_cls is TinyBertBackbone
     assert arch.pretrainers == {"mlm": TinyBertGeneralDistiller}
     assert TinyBertGeneralDistiller.needs_teacher and TinyBertTaskDistiller.needs_teacher
-    assert arch.classifier_cls is BertClassifier
+    assert arch.head("classification") is BertClassifier
     assert arch.special_tokens["cls"] == "[CLS]" and arch.segment_layout == "bert"
     # The subclass tells the registry a TinyBERT student from a BERT model.
     assert registry.find_by_backbone(TinyBertBackbone(**STUDENT)) is arch

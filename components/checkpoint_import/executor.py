@@ -10,7 +10,8 @@ from tfx.dsl.components.base import base_executor
 from tfx.types import artifact_utils
 
 from lmfactory import models
-from lmfactory.components.trainer.model_artifact import SERVING_DIR, write_model_artifact
+from lmfactory.components.trainer.export import write_model_artifact
+from lmfactory.components.trainer.model_artifact import SERVING_DIR
 from lmfactory.models.tokenizers import import_huggingface_tokenizer, read_tokenizer_config
 
 MODEL_KEY = "model"

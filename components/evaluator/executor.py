@@ -8,11 +8,11 @@ SQuAD EM / F1; multiple-choice accuracy). Beside it, ``report.md`` and ``report.
 metrics, the verdict, the training curve and, where the task has classes, the confusion
 matrix (components/evaluator/report.py).
 
-Tagging, span QA and multiple choice are scored by their task kind (components/tasks).
-
-Classifiers and regression models are scored through the exported ``serving_default`` signature on raw strings, so
-the figure is the one the pushed model will give. Language models are scored by perplexity
-on held-out pretraining-format records with the trained Keras model.
+Each model is scored by the task kind of its task record (components/tasks): classifiers,
+regression models, taggers, span extractors and multiple-choice models through the exported
+``serving_default`` signature on raw strings, so the figure is the one the pushed model will
+give; causal language models by perplexity on held-out pretraining-format records with the
+trained Keras model.
 """
 
 from __future__ import annotations
@@ -30,103 +30,22 @@ from lmfactory.components.evaluator import metrics as metric_lib
 from lmfactory.components.evaluator import report as report_lib
 
 REPORT_JSON = "metrics.json"
-CONFUSION_KEY = "confusion_matrix"  # {"labels": [...], "matrix": [[...]]} in the metrics
+CONFUSION_KEY = report_lib.CONFUSION_KEY
 TRAINING_CURVE = "training_curve.json"  # the Trainer's, in the Model artifact's keras/
 
 
-def _serving_dir(model_uri: str) -> str:
-    return os.path.join(model_uri, "Format-Serving")
-
-
 def _model_config(model_uri: str) -> dict:
-    with tf.io.gfile.GFile(os.path.join(model_uri, "keras", "model_config.json")) as f:
-        return json.load(f)
+    from lmfactory.components.trainer.model_artifact import read_model_config
 
-
-def _records(file_pattern: str):
-    files = sorted(tf.io.gfile.glob(file_pattern))
-    if not files:
-        raise FileNotFoundError(f"No evaluation records match {file_pattern!r}")
-    return tf.data.TFRecordDataset(files, compression_type="GZIP")
-
-
-def evaluate_classifier(model_uri: str, file_pattern: str, text_features: list[str],
-                        batch_size: int = 64, task: dict | None = None) -> dict:
-    """Scores a classifier (or a regression model: ``task["kind"] == "regression"``) through
-    its exported ``serving_default`` on the raw strings of the records. Labels are read as the
-    task record says (task_data.LabelReader: int64 ``label``, a word through the
-    ``label_vocabulary``, or a float score). Classification reports accuracy, F1 of class 1,
-    macro-F1 and Matthews correlation; regression Pearson, Spearman and MSE."""
-    import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModel uses)
-
-    from lmfactory.components.trainer.task_data import LabelReader, REGRESSION
-
-    task = dict(task or {"kind": "classification"})
-    regression = task.get("kind") == REGRESSION
-    label_reader = LabelReader.for_task(task)
-    serve = tf.saved_model.load(_serving_dir(model_uri)).signatures["serving_default"]
-    spec = {name: tf.io.FixedLenFeature([], tf.string) for name in text_features}
-    spec.update(label_reader.spec)
-    labels, predictions = [], []
-    for batch in _records(file_pattern).batch(batch_size).map(
-            lambda s: tf.io.parse_example(s, spec)):
-        outputs = serve(**{name: batch[name] for name in text_features})
-        labels.append(label_reader(batch).numpy())
-        predictions.append(outputs["score" if regression else "label"].numpy())
-    labels, predictions = np.concatenate(labels), np.concatenate(predictions)
-    if regression:
-        return metric_lib.regression_metrics(labels, predictions)
-    results = metric_lib.classification_metrics(labels, predictions)
-    num_classes = int(task.get("num_classes") or 1 + max(labels.max(), predictions.max()))
-    names = task.get("label_vocabulary") or [str(i) for i in range(num_classes)]
-    results[CONFUSION_KEY] = {"labels": list(names), "matrix": report_lib.confusion_matrix(
-        labels, predictions, num_classes).tolist()}
-    return results
-
-
-def evaluate_language_model(model_uri: str, file_pattern: str, batch_size: int = 16,
-                            max_batches: int | None = None) -> dict:
-    import keras
-
-    import lmfactory.models  # noqa: F401  (registers the serialised classes)
-    from lmfactory.components.pretraining_data import features
-
-    examples_uri = os.path.dirname(os.path.dirname(file_pattern))
-    data_config = features.read_pretraining_config(examples_uri)
-    model = keras.saving.load_model(os.path.join(model_uri, "keras", "model.keras"),
-                                    compile=False)
-    dataset = features.make_dataset(file_pattern, data_config, batch_size=batch_size,
-                                    shuffle=False, repeat=False)
-    total_nll, total_tokens = 0.0, 0.0
-    for step, (x, y, weight) in enumerate(dataset):
-        if max_batches is not None and step >= max_batches:
-            break
-        logits = tf.cast(model(x, training=False), tf.float32)
-        nll = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-        weight = tf.cast(weight, tf.float32)
-        total_nll += float(tf.reduce_sum(nll * weight))
-        total_tokens += float(tf.reduce_sum(weight))
-    results = {"perplexity": metric_lib.perplexity(total_nll, total_tokens),
-               "nll": total_nll / max(total_tokens, 1.0), "tokens": int(total_tokens)}
-    if data_config.get("tokenizer_kind") == "byte":  # a token is a character (byte)
-        results["bits_per_character"] = metric_lib.bits_per_character(total_nll, total_tokens)
-    return results
+    return read_model_config(model_uri)
 
 
 def evaluate(model_uri: str, file_pattern: str, config: dict) -> dict:
+    """The metrics of the model's task kind (components/tasks) on the records."""
     from lmfactory.components import tasks as task_kinds
 
     task = _model_config(model_uri)["task"]
-    if task["kind"] in task_kinds.names():  # tagging, span_qa, multiple_choice
-        return task_kinds.get(task["kind"]).evaluate(model_uri, file_pattern, task,
-                                                     config.get("batch_size", 64))
-    if task["kind"] in ("classification", "regression"):
-        return evaluate_classifier(model_uri, file_pattern, task["text_features"],
-                                   config.get("batch_size", 64), task=task)
-    if task.get("objective") == "causal_lm":
-        return evaluate_language_model(model_uri, file_pattern, config.get("batch_size", 16),
-                                       config.get("max_batches"))
-    raise ValueError(f"No evaluation defined for task {task}")
+    return task_kinds.get(task["kind"]).evaluate(model_uri, file_pattern, task, config)
 
 
 def evaluate_and_bless(model_uri: str, file_pattern: str, config: dict,

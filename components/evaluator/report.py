@@ -22,6 +22,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
+# Where a task's metrics hold its confusion matrix: {"labels": [...], "matrix": [[...]]}.
+CONFUSION_KEY = "confusion_matrix"
+
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 TRAINING_CURVE_PNG = "training_curve.png"

@@ -5,8 +5,8 @@ BERT §4.4: one ``[CLS] context [SEP] choice [SEP]`` sequence per choice, each s
 its pooled [CLS] vector by one dense layer, a softmax across the C choices
 (``models/tasks/multiple_choice.py``). C comes from the format: CommonsenseQA 5, SWAG 4.
 
-An architecture with its own task input transformations (a registry
-``classifier_preprocessor``: GPT-1, Radford et al. 2018 §3.3 "Question Answering and
+An architecture with its own task input transformations (a registry ``multiple_choice``
+head and preprocessor: GPT-1, Radford et al. 2018 §3.3 "Question Answering and
 Commonsense Reasoning") packs ``start z $ a_k extract`` per answer and fine-tunes its own
 classifier with ``task: multiple_choice`` (the extract token's state scored by W_y, a
 softmax across the answers, plus λ times the auxiliary LM loss; ``task_args.lm_weight``).
@@ -14,49 +14,62 @@ softmax across the answers, plus λ times the auxiliary LM loss; ``task_args.lm_
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import tensorflow as tf
 
+from lmfactory.components.evaluator.report import CONFUSION_KEY
 from lmfactory.components.example_gen import formats
+from lmfactory.components.tasks import registry
+from lmfactory.components.trainer.task_data import read_records
 
 NUM_CHOICES = {formats.COMMONSENSEQA_FORMAT: 5, formats.SWAG_FORMAT: 4}
-CONFUSION_KEY = "confusion_matrix"
+MULTIPLE_CHOICE = registry.register(registry.TaskKind(
+    name="multiple_choice", module=__name__,
+    formats=(formats.COMMONSENSEQA_FORMAT, formats.SWAG_FORMAT), metrics=("accuracy",),
+    official_metrics=("accuracy",), task_args=None, head="multiple_choice"))
 
 
-def task_record(finetuning: dict, source: dict) -> dict:
-    del finetuning
-    return {"num_choices": NUM_CHOICES[source["format"]]}
+def task_record(kind, finetuning: dict, source: dict) -> dict:
+    return {**kind.standard_record(finetuning, source),
+            "num_choices": NUM_CHOICES[source["format"]]}
+
+
+def check_recipe(check, recipe: dict, arch) -> None:
+    """The kind's data format; ``task_args``: ``dropout`` for the encoders' head, plus
+    ``lm_weight`` (the auxiliary LM loss) for an architecture with its own §3.3 packing."""
+    check.positive_int("finetuning.sequence_length")
+    check.source("data.task")
+    check.choice("data.task.format", MULTIPLE_CHOICE.formats)
+    allowed = {"dropout"} | ({"lm_weight"} if arch.preprocessor("multiple_choice") else set())
+    unknown = sorted(set(recipe["finetuning"].get("task_args", {})) - allowed)
+    if unknown:
+        check.fail("finetuning.task_args", f"multiple_choice takes {sorted(allowed)} for "
+                                           f"{arch.name}; got {unknown}")
 
 
 def train(context) -> dict:
     from lmfactory.components.trainer.multiple_choice import make_multiple_choice_dataset
-    from lmfactory.models.tasks.multiple_choice import MultipleChoice
     from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
 
     from lmfactory import models
     from lmfactory.models.classifier_preprocessor import classifier_preprocessor
 
+    context.require_base_model("a multiple-choice head")
     config = context.config
     task = dict(config.task)
     architecture = models.get(config.architecture)
-    own_packing = architecture.classifier_preprocessor is not None
-    if own_packing:  # GPT-1 §3.3
+    if architecture.preprocessor("multiple_choice") is not None:  # GPT-1 §3.3
         preprocessor = classifier_preprocessor(
             context.vocab_dir, config.architecture, task["sequence_length"],
-            num_text_features=2, task_args={"task": "multiple_choice"})
+            num_text_features=2, task_args=config.task_args, task_kind="multiple_choice")
     else:
         preprocessor = MultipleChoicePreprocessor.from_vocabulary(
             context.vocab_dir, config.architecture, task["sequence_length"])
     with context.strategy.scope():
         backbone = context.backbone()
-        if own_packing:
-            model = architecture.classifier_cls(backbone, num_classes=task["num_choices"],
-                                                task="multiple_choice", **config.task_args)
-        else:
-            model = MultipleChoice(backbone, num_choices=task["num_choices"],
-                                   **config.task_args)
+        model = architecture.head("multiple_choice")(
+            backbone, num_choices=task["num_choices"], **config.task_args)
         model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
     read = dict(preprocessor=preprocessor, batch_size=config.batch_size, seed=config.seed,
                 num_choices=task["num_choices"], input_names=list(model.input))
@@ -69,31 +82,31 @@ def train(context) -> dict:
                 metrics=metrics, task=task, preprocessor=preprocessor)
 
 
-def export(task_model, preprocessor, model_config: dict, export_dir: str) -> None:
+def export(task_model, preprocessor, vocab_dir: str, model_config: dict,
+           export_dir: str) -> None:
     from lmfactory.components.trainer.multiple_choice_serving import (
         export_multiple_choice_model)
 
+    del vocab_dir  # the preprocessor holds the tokenizer
     export_multiple_choice_model(task_model, preprocessor, export_dir,
                                  num_choices=model_config["task"]["num_choices"])
 
 
-def evaluate(model_uri: str, file_pattern: str, task: dict, batch_size: int = 64) -> dict:
+def evaluate(model_uri: str, file_pattern: str, task: dict, config: dict) -> dict:
     """Accuracy of the exported model's choice on the records' questions, and the
     [answer position, chosen position] confusion matrix (a position bias shows in it)."""
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModel uses)
 
+    from lmfactory.components.trainer.serving import serving_dir_of
+
+    batch_size = config.get("batch_size", 64)
     num_choices = int(task["num_choices"])
-    serve = tf.saved_model.load(os.path.join(model_uri, "Format-Serving")
-                                ).signatures["serving_default"]
-    files = sorted(tf.io.gfile.glob(file_pattern))
-    if not files:
-        raise FileNotFoundError(f"No multiple-choice records match {file_pattern!r}")
+    serve = tf.saved_model.load(serving_dir_of(model_uri)).signatures["serving_default"]
     spec = {"context": tf.io.FixedLenFeature([], tf.string),
             "choices": tf.io.FixedLenFeature([num_choices], tf.string),
             "label": tf.io.FixedLenFeature([], tf.int64)}
     labels, chosen = [], []
-    for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(
-            batch_size).map(lambda serialized: tf.io.parse_example(serialized, spec)):
+    for batch in read_records(file_pattern).batch(batch_size).map(lambda serialized: tf.io.parse_example(serialized, spec)):
         outputs = serve(context=batch["context"], choices=batch["choices"])
         labels.append(batch["label"].numpy())
         chosen.append(outputs["label"].numpy())

@@ -14,26 +14,43 @@ it on dev) after training; the exported model abstains (answers "") when
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import tensorflow as tf
 
-from lmfactory.components.example_gen import squad
+from lmfactory.components.example_gen import formats, squad
+from lmfactory.components.tasks import registry
 
 DEFAULTS = {"doc_stride": 128, "max_query_length": 64, "n_best_size": 20,
             "max_answer_length": 30}
+SPAN_QA = registry.register(registry.TaskKind(
+    name="span_qa", module=__name__, formats=(formats.SQUAD_FORMAT,),
+    metrics=("f1", "exact_match"), official_metrics=("exact_match", "f1"),
+    task_args=tuple(DEFAULTS), head="span_qa"))
+# The answer spans are mapped through the tokenizer's character offsets, which tf-text's
+# WordPiece gives (models/tasks/span_preprocessor.py).
+TOKENIZER_KINDS = ("wordpiece",)
 
 
 def _settings(task: dict) -> dict:
     return {key: int(task.get(key, default)) for key, default in DEFAULTS.items()}
 
 
-def task_record(finetuning: dict, source: dict) -> dict:
-    del source
+def task_record(kind, finetuning: dict, source: dict) -> dict:
     args = {**DEFAULTS, **{k: v for k, v in finetuning.get("task_args", {}).items()
                            if k in DEFAULTS}}
-    return {key: int(value) for key, value in args.items()}
+    return {**kind.standard_record(finetuning, source),
+            **{key: int(value) for key, value in args.items()}}
+
+
+def check_recipe(check, recipe: dict, arch) -> None:
+    del recipe
+    if arch.tokenizer_kind not in TOKENIZER_KINDS:
+        check.fail("finetuning.task", f"span_qa maps answers through WordPiece offsets; "
+                                      f"{arch.name} tokenizes with {arch.tokenizer_kind}")
+    check.positive_int("finetuning.sequence_length")
+    check.source("data.task")
+    check.choice("data.task.format", SPAN_QA.formats)
 
 
 def _dataset(model, features: dict, labels: tuple, batch_size: int, shuffle: bool,
@@ -56,10 +73,11 @@ def tuned_threshold(scores: dict) -> float | None:
 
 
 def train(context) -> dict:
-    from lmfactory.models.tasks.span_extractor import SpanExtractor
+    from lmfactory import models
     from lmfactory.models.tasks.span_finetune import featurize, predict, score, training_labels
     from lmfactory.models.tasks.span_preprocessor import span_preprocessor
 
+    context.require_base_model("a span extractor")
     config = context.config
     task = dict(config.task)
     settings = _settings(task)
@@ -76,7 +94,7 @@ def train(context) -> dict:
         if longest is not None and longest < task["sequence_length"]:
             raise ValueError(f"finetuning.sequence_length {task['sequence_length']} is longer "
                              f"than the backbone's max_sequence_length {longest}")
-        model = SpanExtractor(backbone)
+        model = models.get(config.architecture).head("span_qa")(backbone)
         model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
     read = dict(batch_size=config.batch_size, seed=config.seed)
     train_data = _dataset(model, train_features,
@@ -98,25 +116,28 @@ def train(context) -> dict:
                 metrics=metrics, task=task, preprocessor=preprocessor)
 
 
-def export(task_model, preprocessor, model_config: dict, export_dir: str) -> None:
+def export(task_model, preprocessor, vocab_dir: str, model_config: dict,
+           export_dir: str) -> None:
     from lmfactory.models.tasks import span_serving
 
+    del vocab_dir  # the preprocessor holds the tokenizer
     task = model_config["task"]
     settings = _settings(task)
     span_serving.export(preprocessor, task_model, export_dir, task.get("null_threshold"),
                         settings["n_best_size"], settings["max_answer_length"])
 
 
-def evaluate(model_uri: str, file_pattern: str, task: dict, batch_size: int = 64) -> dict:
+def evaluate(model_uri: str, file_pattern: str, task: dict, config: dict) -> dict:
     """Official EM / F1 (0-100) of the exported model's answers to the records' questions;
     for v2.0 also the HasAns / NoAns split and the best τ on these records (how far the
     exported τ is from it)."""
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModel uses)
 
     from lmfactory.components.evaluator import squad_metrics
+    from lmfactory.components.trainer.serving import serving_dir_of
 
-    serve = tf.saved_model.load(os.path.join(model_uri, "Format-Serving")
-                                ).signatures["serving_default"]
+    batch_size = config.get("batch_size", 64)
+    serve = tf.saved_model.load(serving_dir_of(model_uri)).signatures["serving_default"]
     records = squad.read_examples(file_pattern)
     answers, spans, margins = {}, {}, {}
     for start in range(0, len(records), batch_size):

@@ -13,16 +13,27 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from lmfactory.components.example_gen import conll
+from lmfactory.components.evaluator.report import CONFUSION_KEY
+from lmfactory.components.example_gen import conll, formats
+from lmfactory.components.tasks import registry
+from lmfactory.components.trainer.task_data import read_records
 
-CONFUSION_KEY = "confusion_matrix"
+TAGGING = registry.register(registry.TaskKind(
+    name="tagging", module=__name__, formats=(formats.CONLL_FORMAT,),
+    metrics=("entity_f1", "entity_precision", "entity_recall"),
+    official_metrics=("entity_f1", "entity_precision", "entity_recall"),
+    task_args=("dropout", "feature_mode", "lstm_units", "num_lstm_layers"), head="tagging"))
 
 
-def _records(file_pattern: str) -> tf.data.Dataset:
-    files = sorted(tf.io.gfile.glob(file_pattern))
-    if not files:
-        raise FileNotFoundError(f"No tagging records match {file_pattern!r}")
-    return tf.data.TFRecordDataset(files, compression_type="GZIP")
+def task_record(kind, finetuning: dict, source: dict) -> dict:
+    return kind.standard_record(finetuning, source)
+
+
+def check_recipe(check, recipe: dict, arch) -> None:
+    del recipe, arch
+    check.positive_int("finetuning.sequence_length")
+    check.source("data.task")
+    check.choice("data.task.format", TAGGING.formats)
 
 
 def read_sentences(file_pattern: str, batch_size: int = 256) -> tuple[list, list]:
@@ -30,7 +41,7 @@ def read_sentences(file_pattern: str, batch_size: int = 256) -> tuple[list, list
     from lmfactory.models.tasks.ner_training import EXAMPLE_SPEC
 
     tokens, tags = [], []
-    for batch in _records(file_pattern).batch(batch_size):
+    for batch in read_records(file_pattern).batch(batch_size):
         parsed = tf.io.parse_example(batch, EXAMPLE_SPEC)
         for name, out in ((conll.TOKENS_FEATURE, tokens), (conll.TAGS_FEATURE, tags)):
             out.extend([[value.decode("utf-8") for value in row]
@@ -44,26 +55,14 @@ def tag_vocabulary(*file_patterns: str) -> list[str]:
                                   for tag in read_sentences(pattern)[1])
 
 
-def _tagger(backbone, num_labels: int, task_args: dict):
-    from lmfactory.models.tasks.feature_based_tagger import FeatureBasedTagger
-    from lmfactory.models.tasks.token_classifier import TokenClassifier
-
-    args = dict(task_args)
-    feature_mode = args.pop("feature_mode", None)
-    if feature_mode:
-        return FeatureBasedTagger(backbone, num_labels=num_labels, mode=feature_mode, **args)
-    unknown = sorted(set(args) - {"dropout"})
-    if unknown:
-        raise ValueError(f"finetuning.task_args {unknown} go with feature_mode (the "
-                         f"feature-based tagger)")
-    return TokenClassifier(backbone, num_labels=num_labels, **args)
-
-
 def train(context) -> dict:
     from lmfactory.models.tasks.ner_training import tagging_dataset
     from lmfactory.models.tasks.token_classification_preprocessor import (
         token_classification_preprocessor)
 
+    from lmfactory import models
+
+    context.require_base_model("a tagger")
     config = context.config
     task = dict(config.task)
     labels = tag_vocabulary(context.train_files, context.eval_files)
@@ -72,22 +71,25 @@ def train(context) -> dict:
                                                      task["sequence_length"])
     with context.strategy.scope():
         backbone = context.backbone()
-        model = _tagger(backbone, len(labels), config.task_args)
+        model = models.get(config.architecture).head("tagging")(
+            backbone, num_labels=len(labels), **config.task_args)
         model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
     read = dict(preprocessor=preprocessor, batch_size=config.batch_size, seed=config.seed,
                 input_names=list(model.input))
-    train_data = tagging_dataset(_records(context.train_files), shuffle=True, repeat=True,
+    train_data = tagging_dataset(read_records(context.train_files), shuffle=True, repeat=True,
                                  **read)
-    eval_data = tagging_dataset(_records(context.eval_files), shuffle=False, repeat=True,
+    eval_data = tagging_dataset(read_records(context.eval_files), shuffle=False, repeat=True,
                                 **read)
     metrics = context.fit(model, train_data, eval_data)
     return dict(task_model=model, backbone=backbone, vocab_dir=context.vocab_dir,
                 metrics=metrics, task=task, preprocessor=preprocessor)
 
 
-def export(task_model, preprocessor, model_config: dict, export_dir: str) -> None:
+def export(task_model, preprocessor, vocab_dir: str, model_config: dict,
+           export_dir: str) -> None:
     from lmfactory.components.trainer.tagging_serving import export_tagger
 
+    del vocab_dir, model_config  # the preprocessor holds the tokenizer and the tag set
     export_tagger(preprocessor, task_model, export_dir)
 
 
@@ -101,20 +103,19 @@ def tag_confusion(gold: list, predicted: list, labels: list) -> np.ndarray:
     return matrix
 
 
-def evaluate(model_uri: str, file_pattern: str, task: dict, batch_size: int = 64) -> dict:
+def evaluate(model_uri: str, file_pattern: str, task: dict, config: dict) -> dict:
     """Entity precision / recall / F1 (micro, and per type) of the exported tagger on the
     records' sentences, each given to ``serving_default`` as its tokens joined by spaces.
     A sentence whose tokens the serving split does not give back one for one (a token
     holding whitespace) is counted in ``misaligned_sentences`` and scored on its first
     words, the rest tagged ``O``."""
-    import os
-
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModel uses)
 
     from lmfactory.components.evaluator.entity_metrics import entity_scores
+    from lmfactory.components.trainer.serving import serving_dir_of
 
-    serve = tf.saved_model.load(os.path.join(model_uri, "Format-Serving")
-                                ).signatures["serving_default"]
+    batch_size = config.get("batch_size", 64)
+    serve = tf.saved_model.load(serving_dir_of(model_uri)).signatures["serving_default"]
     tokens, gold = read_sentences(file_pattern)
     if not tokens:
         raise ValueError(f"No sentences to evaluate in {file_pattern!r}")

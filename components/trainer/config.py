@@ -77,11 +77,9 @@ class TrainerConfig:
         if self.steps_per_checkpoint < 1:
             raise ValueError("steps_per_checkpoint must be >= 1")
         if self.task is not None:
-            # a sentence classification / regression task record; other kinds (tagging,
-            # span_qa, multiple_choice: components/tasks) hold their own fields
-            sentence_task = self.task.get("kind", "classification") in (
-                "classification", "regression")
-            for key in (("text_features", "num_classes", "sequence_length") if sentence_task
-                        else ("kind", "sequence_length")):
+            from lmfactory.components import tasks as task_kinds
+
+            kind = task_kinds.get(self.task.get("kind", "classification"))
+            for key in kind.required_record_keys:
                 if key not in self.task:
                     raise ValueError(f"task needs {key!r}")

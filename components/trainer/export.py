@@ -1,136 +1,47 @@
-"""Writes the SavedModel that TF Serving loads: raw UTF-8 strings in, predictions out.
+"""Writes a Model artifact (CONTRACTS §4) and its serving SavedModel: the task kind of the
+model's task record (components/tasks) exports the signature its task serves.
 
-Tokenization runs inside the graph. The tokenizer, packer and Keras model are attributes of a
-``tf.Module``, so ``tf.saved_model.save`` tracks every lookup table and vocabulary constant
-they own (the "untracked resource" export failure of keras-hub issues #2015 / #1629 comes from
-tracing a tokenizer that no saved object owns). Loading needs ``import tensorflow_text`` for
-its ops (TF Serving builds include them).
+Tokenization runs inside the graph (components/trainer/serving.py); loading needs
+``import tensorflow_text`` for its ops (TF Serving builds include them).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 
 import tensorflow as tf
 
-from lmfactory.components.trainer.generation_serving import export_generator
-from lmfactory.models.classifier_preprocessor import classifier_preprocessor, select_inputs
-
-SERVING_SIGNATURE = "serving_default"
-
-
-def _string_batch_spec(name: str) -> tf.TensorSpec:
-    # Unknown rank on purpose: a loaded signature does not enforce its declared shape, and a
-    # declared [None] would let TensorFlow fold the rank check below away.
-    return tf.TensorSpec(None, tf.string, name=name)
-
-
-def _check_batch_of_strings(name: str, values):
-    """Fails a request whose input is not a 1-D batch, with a message saying so."""
-    check = tf.debugging.assert_rank(
-        values, 1, message=f"serving_default: {name!r} must be a 1-D batch of UTF-8 strings")
-    with tf.control_dependencies([check]):
-        # reshape, not ensure_shape: a shape error at graph instantiation would pre-empt
-        # the message above.
-        return tf.reshape(values, [-1])
-
-
-class ClassifierServing(tf.Module):
-    """``serving_default(<text feature>...) -> {probabilities [B, C], label [B]}``, and
-    ``label_name`` [B] (the label's word) when the task has a ``label_vocabulary``; for a
-    ``regression`` task (one output, e.g. STS-B's similarity) ``-> {score [B]}``.
-
-    ``preprocessor``: the architecture's classifier preprocessor (raw strings -> model
-    inputs); ``model`` returns the logits [B, C] or a dict holding them under ``logits``
-    (a functional model's other outputs, e.g. GPT-1's ``lm_logits``, are not computed)."""
-
-    def __init__(self, preprocessor, model, text_features, kind: str = "classification",
-                 label_vocabulary=None):
-        import keras
-
-        super().__init__(name="classifier_serving")
-        if kind not in ("classification", "regression"):
-            raise ValueError(f"kind must be classification or regression, got {kind!r}")
-        self.preprocessor = preprocessor
-        try:  # a functional model's output structure (a subclassed one has none)
-            outputs = model.output
-        except (AttributeError, ValueError):
-            outputs = None
-        if isinstance(outputs, dict):  # the same layers and weights, logits only
-            model = keras.Model(model.input, outputs["logits"])
-        self.model = model
-        self.text_features = list(text_features)
-        self.kind = kind
-        self.label_vocabulary = list(label_vocabulary or [])
-
-    def _outputs(self, logits) -> dict:
-        logits = tf.cast(logits, tf.float32)
-        if self.kind == "regression":
-            return {"score": tf.reshape(logits, [-1])}
-        probabilities = tf.nn.softmax(logits, axis=-1)
-        outputs = {"probabilities": probabilities,
-                   "label": tf.argmax(probabilities, axis=-1, output_type=tf.int64)}
-        if self.label_vocabulary:
-            outputs["label_name"] = tf.gather(tf.constant(self.label_vocabulary),
-                                              outputs["label"])
-        return outputs
-
-    def signature(self):
-        specs = [_string_batch_spec(name) for name in self.text_features]
-
-        @tf.function(input_signature=specs)
-        def classify(*texts):
-            texts = [_check_batch_of_strings(name, text)
-                     for name, text in zip(self.text_features, texts)]
-            packed = select_inputs(self.model, self.preprocessor(tuple(texts)))
-            logits = self.model(packed, training=False)
-            if isinstance(logits, dict):  # e.g. GPT-1's {logits, lm_logits}
-                logits = logits["logits"]
-            return self._outputs(logits)
-
-        return classify.get_concrete_function()
-
-
-class EncoderServing(tf.Module):
-    """``serving_default(text) -> {pooled_output [B, H], sequence_output [B, L, H]}``."""
-
-    def __init__(self, preprocessor, backbone):
-        super().__init__(name="encoder_serving")
-        self.preprocessor = preprocessor
-        self.backbone = backbone
-
-    def signature(self):
-        @tf.function(input_signature=[_string_batch_spec("text")])
-        def encode(text):
-            text = _check_batch_of_strings("text", text)
-            packed = select_inputs(self.backbone, self.preprocessor(text))
-            outputs = self.backbone(packed, training=False)
-            return {name: tf.cast(value, tf.float32) for name, value in outputs.items()}
-
-        return encode.get_concrete_function()
+from lmfactory import models
+from lmfactory.components import tasks as task_kinds
+from lmfactory.components.trainer.model_artifact import (
+    BACKBONE_WEIGHTS, MODEL_CONFIG, TASK_MODEL, VOCABULARY_DIR, copy_dir, keras_dir_of)
 
 
 def export_serving_model(task_model, vocab_dir: str, model_config: dict, export_dir: str,
                          preprocessor=None) -> None:
-    from lmfactory.components import tasks as task_kinds
+    """Exports ``task_model`` as its task kind serves it (``model_config["task"]``)."""
+    kind = model_config["task"]["kind"]
+    task_kinds.get(kind).export(task_model, preprocessor, vocab_dir, model_config, export_dir)
+    logging.info("Exported the %s SavedModel to %s", kind, export_dir)
 
-    task = model_config["task"]
-    if task["kind"] in task_kinds.names():  # tagging, span_qa, multiple_choice
-        task_kinds.get(task["kind"]).export(task_model, preprocessor, model_config, export_dir)
-        logging.info("Exported the %s SavedModel to %s", task["kind"], export_dir)
-        return
-    if task["kind"] in ("classification", "regression"):
-        module = ClassifierServing(preprocessor, task_model, task["text_features"],
-                                   kind=task["kind"],
-                                   label_vocabulary=task.get("label_vocabulary"))
-    elif task.get("objective") == "causal_lm":  # generation_serving.py: two signatures
-        return export_generator(task_model, vocab_dir, model_config, export_dir)
-    else:
-        backbone = getattr(task_model, "backbone", task_model)
-        sequence_length = min(task.get("sequence_length", 128),
-                              backbone.get_config().get("max_sequence_length", 512))
-        module = EncoderServing(
-            classifier_preprocessor(vocab_dir, model_config["architecture"], sequence_length),
-            backbone)
-    tf.saved_model.save(module, export_dir, signatures={SERVING_SIGNATURE: module.signature()})
-    logging.info("Exported %s SavedModel to %s", type(module).__name__, export_dir)
+
+def write_model_artifact(serving_model_dir: str, task_model, backbone, vocab_dir: str,
+                         model_config: dict, preprocessor=None) -> dict:
+    """Writes the keras/ folder beside ``serving_model_dir`` and exports the SavedModel into
+    it. ``model_config`` gets ``architecture`` from the backbone's registry record and
+    ``backbone_config`` from ``backbone.get_config()``; returns the config written."""
+    keras_dir = keras_dir_of(serving_model_dir)
+    tf.io.gfile.makedirs(keras_dir)
+    backbone.save_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
+    task_model.save(os.path.join(keras_dir, TASK_MODEL))
+    copy_dir(vocab_dir, os.path.join(keras_dir, VOCABULARY_DIR))
+    model_config = dict(model_config,
+                        architecture=models.registry.find_by_backbone(backbone).name,
+                        backbone_config=backbone.get_config())
+    with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG), "w") as f:
+        json.dump(model_config, f, indent=2, sort_keys=True)
+    export_serving_model(task_model, vocab_dir, model_config, serving_model_dir,
+                         preprocessor=preprocessor)
+    return model_config

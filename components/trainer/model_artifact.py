@@ -6,8 +6,8 @@
     <uri>/keras/model_config.json   architecture, preset, backbone_config, task, metrics
     <uri>/keras/vocabulary/         the tokenizer folder (CONTRACTS §2)
 
-Trainers (``run_fn``), the checkpoint importer and the evaluator share these functions, so the
-layout has one definition.
+Trainers (``run_fn``), the checkpoint importer, the task kinds and the evaluator share these
+readers, so the layout has one definition; `export.write_model_artifact` writes it.
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ import keras
 import tensorflow as tf
 
 from lmfactory import models
-from lmfactory.components.trainer import export
+from lmfactory.components.trainer.serving import SERVING_DIR
 
 KERAS_DIR = "keras"
 MODEL_CONFIG = "model_config.json"
 BACKBONE_WEIGHTS = "backbone.weights.h5"
 TASK_MODEL = "model.keras"
 VOCABULARY_DIR = "vocabulary"
-SERVING_DIR = "Format-Serving"
 
 
 def keras_dir_of(model_path: str) -> str:
@@ -64,26 +63,6 @@ def load_task_model(model_path: str):
 
 def vocabulary_dir_of(model_path: str) -> str:
     return os.path.join(keras_dir_of(model_path), VOCABULARY_DIR)
-
-
-def write_model_artifact(serving_model_dir: str, task_model, backbone, vocab_dir: str,
-                         model_config: dict, preprocessor=None) -> dict:
-    """Writes the keras/ folder beside ``serving_model_dir`` and exports the SavedModel into
-    it. ``model_config`` gets ``architecture`` from the backbone's registry record and
-    ``backbone_config`` from ``backbone.get_config()``; returns the config written."""
-    keras_dir = keras_dir_of(serving_model_dir)
-    tf.io.gfile.makedirs(keras_dir)
-    backbone.save_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
-    task_model.save(os.path.join(keras_dir, TASK_MODEL))
-    copy_dir(vocab_dir, os.path.join(keras_dir, VOCABULARY_DIR))
-    model_config = dict(model_config,
-                        architecture=models.registry.find_by_backbone(backbone).name,
-                        backbone_config=backbone.get_config())
-    with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG), "w") as f:
-        json.dump(model_config, f, indent=2, sort_keys=True)
-    export.export_serving_model(task_model, vocab_dir, model_config, serving_model_dir,
-                                preprocessor=preprocessor)
-    return model_config
 
 
 def copy_dir(source: str, destination: str) -> None:

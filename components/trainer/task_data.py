@@ -18,6 +18,14 @@ REGRESSION = "regression"
 TASK_KINDS = (CLASSIFICATION, REGRESSION)
 
 
+def read_records(file_pattern: str) -> tf.data.Dataset:
+    """The serialized records of the GZIP TFRecord files matching ``file_pattern``."""
+    files = sorted(tf.io.gfile.glob(file_pattern))
+    if not files:
+        raise FileNotFoundError(f"No records match {file_pattern!r}")
+    return tf.data.TFRecordDataset(files, compression_type="GZIP")
+
+
 class LabelReader:
     """Parses the label of a batch of serialized task records: ``spec`` (the feature to
     parse) and ``__call__(parsed) -> labels`` (int64 class ids or float32 scores)."""

@@ -24,8 +24,7 @@ ARCHITECTURE = registry.register(
         presets=CHARLM_PRESETS,
         tokenizer_kind="byte",
         pretrainers={"causal_lm": CharTransformerLM},
-        classifier_cls=None,
-        causal_lm_cls=CharTransformerLM,
+        heads={"causal_lm": CharTransformerLM},
         special_tokens={"end_of_text": "<|endoftext|>", "pad": "<|endoftext|>"},
         paper="Al-Rfou, Choe, Constant, Guo, Jones 2019, Character-Level Language Modeling "
               "with Deeper Self-Attention (AAAI), arXiv:1808.04444",

@@ -22,6 +22,22 @@ SPECIAL_TOKENS = {
     "extract": "<|extract|>",
 }
 
+
+
+def multiple_choice_head(backbone, num_choices, **task_args):
+    """§3.3 "Question Answering and Commonsense Reasoning": the classifier scores each
+    `start z $ a_k extract` sequence (W_y on its extract state), softmax across the answers."""
+    return Gpt1Classifier(backbone, num_classes=num_choices, task="multiple_choice",
+                          **task_args)
+
+
+def multiple_choice_preprocessor(vocab_dir, sequence_length, num_text_features, task_args):
+    """A context [B] and its answers [B, C] packed as one sequence per answer (§3.3)."""
+    del task_args  # the packing of multiple choice has no settings
+    return pipeline_preprocessor(vocab_dir, sequence_length, num_text_features,
+                                 {"task": "multiple_choice"})
+
+
 ARCHITECTURE = registry.register(
     registry.Architecture(
         name="gpt1",
@@ -33,9 +49,10 @@ ARCHITECTURE = registry.register(
         # Fine-tuning (§3.2) with the auxiliary LM loss (finetuning.task_args: lm_weight,
         # task); its inputs are GPT-1's own packing (§3.3, Gpt1Preprocessor), not the
         # cls/sep layouts of the pipeline's ClassifierPreprocessor.
-        classifier_cls=Gpt1Classifier,
-        classifier_preprocessor=pipeline_preprocessor,
-        causal_lm_cls=Gpt1CausalLM,
+        heads={"classification": Gpt1Classifier, "causal_lm": Gpt1CausalLM,
+               "multiple_choice": multiple_choice_head},
+        preprocessors={"classification": pipeline_preprocessor,
+                       "multiple_choice": multiple_choice_preprocessor},
         special_tokens=SPECIAL_TOKENS,
         converters={"huggingface": from_huggingface},
         hf_model_types=("openai-gpt",),

@@ -24,8 +24,7 @@ ARCHITECTURE = registry.register(
         presets=GPT3_PRESETS,
         tokenizer_kind="bpe",
         pretrainers={"causal_lm": GPT2CausalLM},
-        classifier_cls=None,
-        causal_lm_cls=GPT2CausalLM,
+        heads={"causal_lm": GPT2CausalLM},
         special_tokens={"end_of_text": "<|endoftext|>", "pad": "<|endoftext|>"},
         paper="Brown et al. 2020, Language Models are Few-Shot Learners (NeurIPS), "
               "arXiv:2005.14165; sparse attention: Child et al. 2019, Generating Long "

@@ -2,10 +2,12 @@
 Task split): one class per file, each taking ``backbone`` and returning the task's outputs.
 
 Importing the package registers every task class and preprocessing layer with Keras, so a
-saved ``model.keras`` of any task loads."""
+saved ``model.keras`` of any task loads, and registers them as the encoder family's default
+heads (``heads.py``)."""
 
 from lmfactory.models.tasks.feature_based_tagger import FeatureBasedTagger
 from lmfactory.models.tasks.fold_choices import FoldChoices
+from lmfactory.models.tasks.heads import tagger
 from lmfactory.models.tasks.multiple_choice import MultipleChoice
 from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
 from lmfactory.models.tasks.span_extractor import SpanExtractor
@@ -16,4 +18,4 @@ from lmfactory.models.tasks.token_classifier import TokenClassifier
 
 __all__ = ["FeatureBasedTagger", "FoldChoices", "MultipleChoice", "MultipleChoicePreprocessor",
            "SpanExtractor", "SpanPreprocessor", "TokenClassificationPreprocessor",
-           "TokenClassifier"]
+           "TokenClassifier", "tagger"]

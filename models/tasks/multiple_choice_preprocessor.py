@@ -44,9 +44,9 @@ class MultipleChoicePreprocessor(keras.layers.Layer):
         from lmfactory.models.classifier_preprocessor import classifier_preprocessor
 
         arch = models.get(architecture)
-        if arch.classifier_preprocessor is not None:
+        if arch.preprocessor("multiple_choice") is not None:
             raise ValueError(f"Architecture {architecture!r} packs its inputs its own way "
-                             f"({arch.classifier_preprocessor.__name__}); "
+                             f"({arch.preprocessor('multiple_choice').__name__}); "
                              f"MultipleChoicePreprocessor packs [CLS] context [SEP] choice "
                              f"[SEP] pairs for encoders")
         packer = classifier_preprocessor(vocab_dir, architecture, sequence_length,

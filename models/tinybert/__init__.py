@@ -17,10 +17,8 @@ ARCHITECTURE = registry.register(
         presets=TINYBERT_PRESETS,
         tokenizer_kind="wordpiece",
         pretrainers={"mlm": TinyBertGeneralDistiller},
+        heads={"classification": BertClassifier, "classification_distillation": TinyBertTaskDistiller},
         # The student is a BERT: it is fine-tuned (or task-distilled) with BERT's head.
-        classifier_cls=BertClassifier,
-        causal_lm_cls=None,
-        classifier_distiller_cls=TinyBertTaskDistiller,
         special_tokens={"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]",
                         "mask": "[MASK]"},
         segment_layout="bert",

@@ -1,0 +1,168 @@
+"""Language-model training in the DAG: pretraining records (CONTRACTS §3) -> the task model
+the architecture trains on the records' objective (`Architecture.pretrainer`): BERT's
+MLM+NSP, RoBERTa's MLM, ELECTRA's replaced-token detection, a distillation from a teacher,
+GPT's next-token loss. The same kind is the recipe task ``causal_lm``: continued next-token
+training of a pretrained decoder on a target corpus.
+
+A model trained on a causal objective (left-to-right next-token targets) is exported as a
+generator (``serving_default`` with sampling inputs, and ``generate_default``) and
+evaluated by perplexity (and bits per character on a byte vocabulary) on held-out records;
+any other language model, and a bare imported backbone (kind ``encoder``), is exported as an
+encoder (``serving_default(text) ->
+pooled_output, sequence_output``) and has no evaluation of its own.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import tensorflow as tf
+
+from lmfactory.components.evaluator import metrics as metric_lib
+from lmfactory.components.pretraining_data import features as pretraining_features
+from lmfactory.components.tasks import registry
+
+LANGUAGE_MODEL = registry.register(registry.TaskKind(
+    name="language_model", recipe_task="causal_lm", module=__name__,
+    metrics=("perplexity", "bits_per_character"), official_metrics=(), task_args=None,
+    data_section="target_corpus"))
+# A bare backbone (an imported checkpoint, CheckpointImporter): served as an encoder.
+ENCODER = registry.register(registry.TaskKind(
+    name="encoder", module=__name__, metrics=(), official_metrics=(), in_recipes=False))
+
+
+def is_causal(objective: str) -> bool:
+    """Whether records of ``objective`` train left-to-right next-token prediction."""
+    return objective == "causal_lm"
+
+
+def task_record(kind, finetuning: dict, source: dict) -> None:
+    """A language model's task record is written by `train` from its records' objective."""
+    del kind, finetuning, source
+    return None
+
+
+def check_recipe(check, recipe: dict, arch) -> None:
+    objective = (recipe.get("objective") or {}).get("name")
+    if not arch.has_head("causal_lm") or recipe["pretraining"].get("init_checkpoint") \
+            or not is_causal(objective):
+        check.fail("finetuning.task", "causal_lm fine-tuning needs a decoder")
+    check.source("data.target_corpus")
+
+
+def _schedule_args(task_cls, task_args: dict, train_steps: int) -> dict:
+    """``task_args`` plus ``total_steps`` = the trainer's step count for a task model whose
+    loss follows the training's progress (e.g. `CharTransformerLM`'s intermediate losses,
+    phased out over training, Al-Rfou et al. 2018 §2.2), unless the recipe sets it."""
+    if "total_steps" in inspect.signature(task_cls.__init__).parameters:
+        return {"total_steps": int(train_steps), **task_args}
+    return dict(task_args)
+
+
+def _distiller(context, task_cls, vocabulary_size: int):
+    """A distillation task model: a fresh student (this recipe's architecture and preset)
+    taught by the trained task model of the teacher Model artifact (any architecture; e.g. a
+    `BertPretrainer`, whose masked-LM head gives the soft targets)."""
+    from lmfactory import models
+
+    config = context.config
+    teacher = context.teacher(task_cls.__name__)
+    teacher_vocabulary = int(teacher.backbone.get_config()["vocabulary_size"])
+    if teacher_vocabulary != vocabulary_size:
+        raise ValueError(f"The teacher's vocabulary ({teacher_vocabulary} tokens) differs "
+                         f"from the examples' ({vocabulary_size})")
+    student = models.build(config.architecture, config.preset,
+                           **context.backbone_overrides(vocabulary_size))
+    if hasattr(task_cls, "initialize_student"):
+        task_cls.initialize_student(student, teacher.backbone)
+    return task_cls(student, teacher=teacher, **config.task_args), student
+
+
+def train(context) -> dict:
+    """Trains the architecture's task model of the records' objective (with a ``base_model``:
+    continued training, e.g. a decoder on a target corpus)."""
+    from lmfactory import models
+    from lmfactory.models.tokenizers import load_tokenizer
+
+    config, fn_args = context.config, context.fn_args
+    data_config = pretraining_features.read_pretraining_config(context.examples_uri)
+    vocab_dir = pretraining_features.vocabulary_dir(context.examples_uri)
+    task_cls = models.get(config.architecture).pretrainer(data_config["objective"])
+    vocabulary_size = load_tokenizer(vocab_dir).vocabulary_size()
+    with context.strategy.scope():
+        if getattr(task_cls, "needs_teacher", False):
+            task_model, backbone = _distiller(context, task_cls, vocabulary_size)
+        else:
+            backbone = context.backbone(vocabulary_size)
+            task_model = task_cls(backbone, **_schedule_args(task_cls, config.task_args,
+                                                             fn_args.train_steps))
+        task_model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
+    batch = dict(batch_size=config.batch_size, seed=config.seed)
+    train_data = pretraining_features.make_dataset(
+        context.train_files, data_config, shuffle=True, repeat=True, **batch)
+    eval_data = pretraining_features.make_dataset(
+        context.eval_files, data_config, shuffle=False, repeat=True, **batch)
+    metrics = context.fit(task_model, train_data, eval_data)
+    return dict(task_model=task_model, backbone=backbone, vocab_dir=vocab_dir, metrics=metrics,
+                task={"kind": LANGUAGE_MODEL.name, "objective": data_config["objective"],
+                      "sequence_length": data_config["max_seq_length"]})
+
+
+def export(task_model, preprocessor, vocab_dir: str, model_config: dict,
+           export_dir: str) -> None:
+    """A causal LM: the generation signatures (generation_serving.py); any other: the
+    backbone's encodings of raw text through the architecture's packing."""
+    from lmfactory.components.trainer.generation_serving import export_generator
+    from lmfactory.components.trainer.serving import EncoderServing, save_serving_module
+    from lmfactory.models.classifier_preprocessor import classifier_preprocessor
+
+    del preprocessor
+    task = model_config["task"]
+    if is_causal(task.get("objective")):
+        export_generator(task_model, vocab_dir, model_config, export_dir)
+        return
+    backbone = getattr(task_model, "backbone", task_model)
+    sequence_length = min(task.get("sequence_length", 128),
+                          backbone.get_config().get("max_sequence_length", 512))
+    save_serving_module(EncoderServing(classifier_preprocessor(
+        vocab_dir, model_config["architecture"], sequence_length), backbone), export_dir)
+
+
+def evaluate(model_uri: str, file_pattern: str, task: dict, config: dict) -> dict:
+    if not is_causal(task.get("objective")):
+        raise ValueError(f"No evaluation defined for task {task}")
+    return evaluate_language_model(model_uri, file_pattern, config.get("batch_size", 16),
+                                   config.get("max_batches"))
+
+
+def evaluate_language_model(model_uri: str, file_pattern: str, batch_size: int = 16,
+                            max_batches: int | None = None) -> dict:
+    """Perplexity (and bits per character on a byte vocabulary) of the trained Keras model on
+    held-out pretraining-format records."""
+    import keras
+
+    import lmfactory.models  # noqa: F401  (registers the serialised classes)
+    from lmfactory.components.trainer.model_artifact import KERAS_DIR, TASK_MODEL
+
+    examples_uri = os.path.dirname(os.path.dirname(file_pattern))
+    data_config = pretraining_features.read_pretraining_config(examples_uri)
+    model = keras.saving.load_model(os.path.join(model_uri, KERAS_DIR, TASK_MODEL),
+                                    compile=False)
+    dataset = pretraining_features.make_dataset(file_pattern, data_config,
+                                                batch_size=batch_size, shuffle=False,
+                                                repeat=False)
+    total_nll, total_tokens = 0.0, 0.0
+    for step, (x, y, weight) in enumerate(dataset):
+        if max_batches is not None and step >= max_batches:
+            break
+        logits = tf.cast(model(x, training=False), tf.float32)
+        nll = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+        weight = tf.cast(weight, tf.float32)
+        total_nll += float(tf.reduce_sum(nll * weight))
+        total_tokens += float(tf.reduce_sum(weight))
+    results = {"perplexity": metric_lib.perplexity(total_nll, total_tokens),
+               "nll": total_nll / max(total_tokens, 1.0), "tokens": int(total_tokens)}
+    if data_config.get("tokenizer_kind") == "byte":  # a token is a character (byte)
+        results["bits_per_character"] = metric_lib.bits_per_character(total_nll, total_tokens)
+    return results

@@ -1,0 +1,119 @@
+"""The task-kind registry (see the package docstring): `TaskKind` records, registered by
+the module of each kind."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskKind:
+    """One task kind; its steps live in ``module`` (module-level functions ``train``,
+    ``export``, ``evaluate`` and optionally ``task_record`` and ``check_recipe``)."""
+
+    name: str  # the task record's ``kind`` (CONTRACTS §4)
+    module: str
+    metrics: tuple  # evaluation.metric choices; the first is the task's official metric
+    official_metrics: tuple
+    formats: tuple = ()  # data.task formats; () = the generic text formats (tsv, csv, ...)
+    task_args: Optional[tuple] = ()  # finetuning.task_args keys; None = the head's own
+    head: Optional[str] = None  # the `Architecture.head` it fine-tunes
+    recipe_task: Optional[str] = None  # finetuning.task value when it is not ``name``
+    data_section: str = "task"  # data.<section> its fine-tuning records come from
+    in_recipes: bool = True  # False: a kind only written by a component (an import)
+    # The task record fields the Trainer needs (checked by TrainerConfig).
+    required_record_keys: tuple = ("kind", "sequence_length")
+
+    @property
+    def recipe_name(self) -> str:
+        return self.recipe_task or self.name
+
+    def _implementation(self):
+        return importlib.import_module(self.module)
+
+    def train(self, context) -> dict:
+        return self._implementation().train(context)
+
+    def export(self, task_model, preprocessor, vocab_dir: str, model_config: dict,
+               export_dir: str) -> None:
+        return self._implementation().export(task_model, preprocessor, vocab_dir,
+                                             model_config, export_dir)
+
+    def evaluate(self, model_uri: str, file_pattern: str, task: dict, config: dict) -> dict:
+        return self._implementation().evaluate(model_uri, file_pattern, task, config)
+
+    def task_record(self, finetuning: dict, source: dict) -> dict:
+        """The task record (CONTRACTS §4 ``task``) of a recipe's ``finetuning`` section and
+        data source; ``train`` completes it from the data (e.g. the tag set)."""
+        return self._implementation().task_record(self, finetuning, source)
+
+    def standard_record(self, finetuning: dict, source: dict) -> dict:
+        """kind, data format, sequence length and official metrics: the record fields of a
+        kind with a data format of its own."""
+        return {"kind": self.name, "format": source["format"],
+                "sequence_length": finetuning["sequence_length"],
+                "official_metrics": list(self.official_metrics)}
+
+    def check_recipe(self, check, recipe: dict, arch) -> None:
+        """Validates the recipe fields of this kind; ``check`` is the recipe checker
+        (``get``, ``choice``, ``positive_int``, ..., ``fail(field, message)``)."""
+        if self.head is not None and not arch.has_head(self.head):
+            check.fail("finetuning.task", self.missing_head_message(arch))
+        own = getattr(self._implementation(), "check_recipe", None)
+        if own is not None:
+            own(check, recipe, arch)
+        if self.task_args is not None:
+            allowed = set(self.task_args)
+            unknown = sorted(set(recipe["finetuning"].get("task_args", {})) - allowed)
+            if unknown:
+                check.fail("finetuning.task_args", f"{self.recipe_name} takes "
+                                                   f"{sorted(allowed)} for {arch.name}; got "
+                                                   f"{unknown}")
+
+    def missing_head_message(self, arch) -> str:
+        return (f"{self.recipe_name} fine-tuning needs an encoder or an architecture with "
+                f"its own {self.head} head; {arch.name} is a {arch.family} with heads "
+                f"{list(arch.task_kinds)}")
+
+
+_KINDS: dict[str, TaskKind] = {}
+
+
+def register(kind: TaskKind) -> TaskKind:
+    """Adds ``kind``; re-registering the same record is a no-op."""
+    existing = _KINDS.get(kind.name)
+    if existing is not None and existing != kind:
+        raise ValueError(f"Task kind {kind.name!r} is already registered")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def unregister(name: str) -> None:
+    """Removes kind ``name`` (for tests that register a temporary one)."""
+    _KINDS.pop(name, None)
+
+
+def get(name: str) -> TaskKind:
+    """The kind of a task record (``task["kind"]``)."""
+    if name not in _KINDS:
+        raise ValueError(f"Unknown task kind {name!r}; expected one of {names()}")
+    return _KINDS[name]
+
+
+def for_recipe(task: str) -> TaskKind:
+    """The kind a recipe's ``finetuning.task`` names."""
+    for kind in _KINDS.values():
+        if kind.in_recipes and kind.recipe_name == task:
+            return kind
+    raise ValueError(f"Unknown finetuning.task {task!r}; expected one of {recipe_tasks()}")
+
+
+def names() -> tuple:
+    return tuple(_KINDS)
+
+
+def recipe_tasks() -> tuple:
+    """The ``finetuning.task`` values recipes may use."""
+    return tuple(kind.recipe_name for kind in _KINDS.values() if kind.in_recipes)
