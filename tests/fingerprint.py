@@ -92,8 +92,17 @@ def _trainer_config(recipe, stage):
 
 def _read_pretraining_batches(data_config, path):
     from lmfactory.components.pretraining_data import features
-    return list(features.make_dataset(path, data_config, batch_size=BATCH, shuffle=False,
-                                      repeat=False).take(2))
+    dataset = features.make_dataset(path, data_config, batch_size=BATCH, shuffle=False,
+                                    repeat=False)
+    return list(_one_thread(dataset).take(2))
+
+
+def _one_thread(dataset):
+    """The dataset read by one thread: dynamic masking draws from a stateful random op in a
+    parallel map, whose draws would otherwise go to the batches in thread order."""
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = 1
+    return dataset.with_options(options)
 
 
 def _feature_spec(data_config):

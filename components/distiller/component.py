@@ -9,7 +9,8 @@ architecture's distillation task model:
   unset);
 * task-specific distillation (``examples`` = task records, TinyBERT §3.2): the student is
   ``base_model`` (the general-distilled model), the teacher a fine-tuned classifier; the
-  architecture's ``classifier_distiller_cls`` trains it and its classifier is exported.
+  architecture's ``classification_distillation`` head trains it and its classifier is
+  exported.
 """
 
 from __future__ import annotations
