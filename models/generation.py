@@ -39,8 +39,8 @@ single tensor is one too), under these rules (`check_state` tests the first two)
    sampler's `while_loop` carries the state as loop variables. Buffers are therefore sized
    by ``max_length``, not by the number of positions run so far.
 3. Position-addressed: what ``call_with_state(token_ids, state, index)`` computes depends on
-   the state only through what positions < ``index`` left in it, and the call rewrites what
-   positions ``index, ..., index + n - 1`` leave. The loop relies on this: its prompt pass
+   the state only through its static leaves (rule 4) and what positions < ``index`` left in
+   it, and the call rewrites what positions ``index, ..., index + n - 1`` leave. The loop relies on this: its prompt pass
    runs all T prompt columns (padding included in rows with shorter prompts), decoding
    starts at the shortest prompt's length and every step feeds the token at ``index - 1``,
    so positions are run again and must overwrite what they left before; the contrastive
