@@ -114,7 +114,7 @@ def test_generation_code_exists_once():
         assert issubclass(cls, CausalLMGeneration)
         for method in ("generate_ids", "get_sampler"):
             assert getattr(cls, method) is getattr(CausalLMGeneration, method), (cls, method)
-        assert getattr(cls, "initial_state") is CausalLMGeneration.initial_state
+        assert cls.initial_state is CausalLMGeneration.initial_state
     assert importlib.util.find_spec("lmfactory.models.decoder_cache") is not None
     assert importlib.util.find_spec("lmfactory.models.gpt2.decoder_cache") is None
 
@@ -379,19 +379,19 @@ def test_recurrent_state_is_a_nested_batch_first_structure(recurrent):
 
 def test_recurrent_cached_greedy_equals_recomputing_the_prefix(recurrent):
     lm, memory = recurrent
-    for context in ({}, {"memory": memory}):
+    outputs = {}
+    for name, context in (("free", {}), ("conditioned", {"memory": memory})):
         ids = _ids(lm.generate_ids(PROMPTS, prompt_lengths=LENGTHS, max_length=MAX_LENGTH,
                                    state_context=context))
         for row in range(3):
             extra = {"memory": memory[row:row + 1]} if context else {}
             expected = greedy_without_cache(lm, PROMPTS[row, :LENGTHS[row]], MAX_LENGTH,
                                             **extra)
-            assert ids[row].tolist() == expected, (row, sorted(context))
+            assert ids[row].tolist() == expected, (name, row)
         generated = np.concatenate([ids[row, LENGTHS[row]:] for row in range(3)])
         assert len(set(generated.tolist())) > 2
-        if not context:
-            free = ids
-    assert (ids != free).any()  # the context reaches the state
+        outputs[name] = ids
+    assert (outputs["free"] != outputs["conditioned"]).any()  # the context reaches the state
 
 
 def test_recurrent_degenerate_samplers_equal_greedy(recurrent):
