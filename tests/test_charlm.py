@@ -320,11 +320,11 @@ def test_cached_decoding_matches_the_full_forward_pass():
     model = CharTransformerLM(tiny_backbone(), total_steps=10)
     x, _ = random_batch(batch=2, length=10)
     full = np.asarray(model(x))
-    cache = model.backbone.initial_cache(2, 10)
-    logits, _, cache = model.call_with_cache(x["token_ids"][:, :4], cache, 0)
+    state = model.backbone.initial_state(2, 10)
+    logits, _, state = model.call_with_state(x["token_ids"][:, :4], state, 0)
     steps = [np.asarray(logits)]
     for index in range(4, 10):
-        logits, _, cache = model.call_with_cache(x["token_ids"][:, index:index + 1], cache,
+        logits, _, state = model.call_with_state(x["token_ids"][:, index:index + 1], state,
                                                  index)
         steps.append(np.asarray(logits))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-4)

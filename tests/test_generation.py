@@ -1,5 +1,7 @@
-"""Generation shared by every decoder (models/generation.py, models/decoder_cache.py) and the
-causal-LM SavedModel (components/trainer/generation_serving.py)."""
+"""Generation shared by every decoder (models/generation.py and its decoding-state protocol,
+models/decoder_cache.py, the Transformers' state), a recurrent toy decoder proving the
+protocol is not Transformer-specific, and the causal-LM SavedModel
+(components/trainer/generation_serving.py)."""
 
 import collections
 import importlib.util
@@ -9,13 +11,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModel uses)
+from keras import ops
 
 from lmfactory import models
 from lmfactory.components.trainer import generation_serving
 from lmfactory.components.trainer.export import export_serving_model
 from lmfactory.components.vocabulary import bpe
 from lmfactory.models.charlm import CharTransformerLM
-from lmfactory.models.generation import CausalLMGeneration
+from lmfactory.models.generation import CausalLMGeneration, check_state
 from lmfactory.models.gpt1.gpt1_causal_lm import Gpt1CausalLM
 from lmfactory.models.gpt2 import GPT2CausalLM
 from lmfactory.models.tokenizers import load_tokenizer, write_tokenizer_config
@@ -77,14 +80,20 @@ def lm(request):
     return decoder(request.param)[0]
 
 
-def greedy_without_cache(lm, prompt, max_length):
+def _last_logits(lm, ids, **extra):
+    """The logits of the last position of ``ids`` from the whole prefix through the network
+    (no decoding state); ``extra``: more model inputs."""
+    x = {"token_ids": np.array([ids], "int32"), "padding_mask": np.ones((1, len(ids)), "int32"),
+         **extra}
+    return np.asarray(lm(x))[0, -1]
+
+
+def greedy_without_cache(lm, prompt, max_length, **extra):
     """The reference: the whole prefix through the network at every step, argmax of the
     last position's logits."""
     ids = list(prompt)
     while len(ids) < max_length:
-        x = {"token_ids": np.array([ids], "int32"),
-             "padding_mask": np.ones((1, len(ids)), "int32")}
-        ids.append(int(np.asarray(lm(x))[0, -1].argmax()))
+        ids.append(int(_last_logits(lm, ids, **extra).argmax()))
     return ids
 
 
@@ -105,16 +114,26 @@ def test_generation_code_exists_once():
         assert issubclass(cls, CausalLMGeneration)
         for method in ("generate_ids", "get_sampler"):
             assert getattr(cls, method) is getattr(CausalLMGeneration, method), (cls, method)
+        assert cls.initial_state is CausalLMGeneration.initial_state
     assert importlib.util.find_spec("lmfactory.models.decoder_cache") is not None
     assert importlib.util.find_spec("lmfactory.models.gpt2.decoder_cache") is None
 
 
-def test_cache_shape_of_every_backbone(lm):
+def test_state_of_every_backbone(lm):
+    """A Transformer's decoding state is its key/value cache, one zero tensor, batch first;
+    making it creates no weights, and the old method names are gone."""
     backbone = lm.backbone
     head_dim = getattr(backbone, "head_dim", None) or backbone.hidden_dim // backbone.num_heads
-    cache = backbone.initial_cache(3, 10)
-    assert tuple(cache.shape) == (3, backbone.num_layers, 2, 10, backbone.num_heads, head_dim)
-    assert not np.asarray(cache).any()
+    num_weights = len(lm.weights)
+    state = lm.initial_state(3, 10)
+    assert tuple(state.shape) == (3, backbone.num_layers, 2, 10, backbone.num_heads, head_dim)
+    assert not np.asarray(state).any()
+    check_state(state, 3)
+    _, _, after = lm.call_with_state(PROMPTS[:, :2], state, 0)
+    check_state(after, 3, previous=state)
+    assert len(lm.weights) == num_weights
+    for model in (lm, backbone):
+        assert not hasattr(model, "initial_cache") and not hasattr(model, "call_with_cache")
 
 
 # --------------------------------------------------------------------------- samplers
@@ -256,6 +275,199 @@ def test_bad_arguments():
         lm.generate_ids(PROMPTS, max_length=33)
     with pytest.raises(ValueError, match="exceed max_length=4"):
         lm.generate_ids(PROMPTS, max_length=4)
+
+
+# --------------------------------------------------------------------------- not only Transformers
+
+
+class ToyLSTMBackbone(keras.layers.Layer):
+    """A tiny recurrent decoder: a token embedding plus a conditioning vector ``memory``
+    [batch, embedding_dim] (what an encoder would hand a seq2seq decoder; zeros without
+    one), then a stack of LSTM cells.
+
+    Its decoding state is a dict: ``"layers"``, a list over the cells of (h, c) pairs, each
+    [batch, max_length + 1, units] with slot 0 the state before the first position and slot
+    p + 1 the state after position p (the protocol's position-addressed LSTM state); and
+    ``"memory"``, the conditioning vector, a static leaf that ``initial_state`` takes as
+    context."""
+
+    def __init__(self, vocabulary_size, units=(12, 10), embedding_dim=8,
+                 max_sequence_length=MAX_POSITIONS, **kwargs):
+        super().__init__(**kwargs)
+        self.vocabulary_size = vocabulary_size
+        self.embedding_dim = embedding_dim
+        self.max_sequence_length = max_sequence_length
+        self.embedding = keras.layers.Embedding(vocabulary_size, embedding_dim)
+        self.cells = [keras.layers.LSTMCell(size) for size in units]
+        self.rnn = keras.layers.RNN(self.cells, return_sequences=True)
+
+    def _inputs(self, token_ids, memory):
+        x = self.embedding(token_ids)
+        return x if memory is None else x + ops.cast(memory, x.dtype)[:, None, :]
+
+    def call(self, token_ids, memory=None):
+        """The whole sequence through keras's own RNN loop (no decoding state): the top
+        cell's output at every position [batch, T, units]."""
+        return self.rnn(self._inputs(token_ids, memory))
+
+    def initial_state(self, batch_size, max_length, memory=None):
+        layers = [(ops.zeros([batch_size, max_length + 1, cell.units]),) * 2
+                  for cell in self.cells]
+        if memory is None:
+            memory = ops.zeros([batch_size, self.embedding_dim])
+        return {"layers": layers, "memory": ops.convert_to_tensor(memory, "float32")}
+
+    def call_with_state(self, token_ids, state, index):
+        x = self._inputs(token_ids, state["memory"])
+        layers = []
+        for cell, (h_all, c_all) in zip(self.cells, state["layers"]):
+            states = [ops.take(h_all, index, axis=1), ops.take(c_all, index, axis=1)]
+            outputs = []
+            for step in range(token_ids.shape[1]):
+                output, states = cell(x[:, step], states)
+                h_all = ops.slice_update(h_all, [0, index + step + 1, 0], states[0][:, None])
+                c_all = ops.slice_update(c_all, [0, index + step + 1, 0], states[1][:, None])
+                outputs.append(output)
+            x = ops.stack(outputs, axis=1)
+            layers.append((h_all, c_all))
+        return x, {"layers": layers, "memory": state["memory"]}
+
+
+class ToyRecurrentLM(CausalLMGeneration, keras.Model):
+    """`ToyLSTMBackbone` plus a dense output layer; ``self(x)`` is the no-state reference."""
+
+    def __init__(self, backbone, **kwargs):
+        super().__init__(**kwargs)
+        self.backbone = backbone
+        self.output_dense = keras.layers.Dense(backbone.vocabulary_size)
+        self(np.zeros((1, 2), "int32"))  # build every weight
+        self._generation_state()
+
+    def call(self, inputs):
+        if not isinstance(inputs, dict):
+            inputs = {"token_ids": inputs}
+        return self.output_dense(self.backbone(inputs["token_ids"], inputs.get("memory")))
+
+    def call_with_state(self, token_ids, state, index):
+        hidden, state = self.backbone.call_with_state(token_ids, state, index)
+        return self.output_dense(hidden), hidden, state
+
+
+@pytest.fixture(scope="module")
+def recurrent():
+    keras.utils.set_random_seed(5)
+    lm = ToyRecurrentLM(ToyLSTMBackbone(VOCAB))
+    _spread_weights(lm, seed=11)
+    memory = np.random.default_rng(12).normal(0.0, 1.0, (3, 8)).astype("float32")
+    return lm, memory
+
+
+def test_recurrent_state_is_a_nested_batch_first_structure(recurrent):
+    lm, memory = recurrent
+    num_weights = len(lm.weights)
+    state = lm.initial_state(3, 10, memory=memory)
+    assert isinstance(state, dict) and isinstance(state["layers"], list)
+    assert [tuple(tuple(leaf.shape) for leaf in pair) for pair in state["layers"]] == [
+        ((3, 11, 12), (3, 11, 12)), ((3, 11, 10), (3, 11, 10))]
+    check_state(state, 3)
+    logits, hidden, after = lm.call_with_state(PROMPTS[:, :4], state, 0)
+    check_state(after, 3, previous=state)
+    assert tuple(logits.shape) == (3, 4, VOCAB) and tuple(hidden.shape) == (3, 4, 10)
+    np.testing.assert_array_equal(np.asarray(after["memory"]), memory)  # the static leaf
+    assert len(lm.weights) == num_weights
+
+
+def test_recurrent_cached_greedy_equals_recomputing_the_prefix(recurrent):
+    lm, memory = recurrent
+    outputs = {}
+    for name, context in (("free", {}), ("conditioned", {"memory": memory})):
+        ids = _ids(lm.generate_ids(PROMPTS, prompt_lengths=LENGTHS, max_length=MAX_LENGTH,
+                                   state_context=context))
+        for row in range(3):
+            extra = {"memory": memory[row:row + 1]} if context else {}
+            expected = greedy_without_cache(lm, PROMPTS[row, :LENGTHS[row]], MAX_LENGTH,
+                                            **extra)
+            assert ids[row].tolist() == expected, (name, row)
+        generated = np.concatenate([ids[row, LENGTHS[row]:] for row in range(3)])
+        assert len(set(generated.tolist())) > 2
+        outputs[name] = ids
+    assert (outputs["free"] != outputs["conditioned"]).any()  # the context reaches the state
+
+
+def test_recurrent_degenerate_samplers_equal_greedy(recurrent):
+    lm, memory = recurrent
+    kwargs = dict(prompt_lengths=LENGTHS, max_length=MAX_LENGTH,
+                  state_context={"memory": memory})
+    greedy = _ids(lm.generate_ids(PROMPTS, **kwargs))
+    for sampler, sampler_kwargs in [("beam", {"num_beams": 1}), ("top_k", {"k": 1, "seed": 4})]:
+        out = _ids(lm.generate_ids(PROMPTS, sampler=sampler, **sampler_kwargs, **kwargs))
+        np.testing.assert_array_equal(out, greedy, err_msg=sampler)
+
+
+def beam_search_without_state(lm, prompt, max_length, num_beams, **extra):
+    """The reference beam search: every beam's whole prefix through the network at every
+    step, keeping the ``num_beams`` best sums of log-probabilities; the best final beam."""
+    beams = [(0.0, list(prompt))]
+    while len(beams[0][1]) < max_length:
+        candidates = []
+        for score, ids in beams:
+            logits = _last_logits(lm, ids, **extra).astype("float64")
+            log_probs = logits - np.log(np.exp(logits - logits.max()).sum()) - logits.max()
+            candidates += [(score + lp, ids + [token]) for token, lp in enumerate(log_probs)]
+        beams = sorted(candidates, key=lambda candidate: -candidate[0])[:num_beams]
+    return beams[0][1]
+
+
+def test_recurrent_beam_search_reorders_the_nested_state(recurrent):
+    """Beam search repeats every leaf of the dict / list / tuple state per beam and reorders
+    it along the batch axis as beams overtake each other; with three beams it finds the
+    sequences a stateless beam search finds, which greedy decoding misses."""
+    lm, memory = recurrent
+    prompts = np.array([[11, 12, 13], [21, 22, 23], [31, 32, 33]], "int32")
+    max_length = 9
+    beam = _ids(lm.generate_ids(prompts, max_length=max_length, sampler="beam", num_beams=3,
+                                state_context={"memory": memory}))
+    for row in range(3):
+        expected = beam_search_without_state(lm, prompts[row], max_length, 3,
+                                             memory=memory[row:row + 1])
+        assert beam[row].tolist() == expected, row
+    greedy = _ids(lm.generate_ids(prompts, max_length=max_length,
+                                  state_context={"memory": memory}))
+    assert (beam != greedy).any()
+
+
+def test_check_state_names_what_breaks_the_protocol():
+    h = np.zeros((2, 5, 3), "float32")
+    state = {"layers": [(h, h)], "memory": np.zeros((2, 4), "float32")}
+    check_state(state, 2)
+    with pytest.raises(TypeError, match=r"state\['step'\] must be a tensor"):
+        check_state({**state, "step": 3}, 2)
+    with pytest.raises(TypeError, match="must be a tensor with the batch axis first"):
+        check_state({**state, "step": np.float32(0)}, 2)
+    with pytest.raises(ValueError, match=r"state\['memory'\] has shape \(3, 4\); its first "
+                                         r"axis must be the batch \(2\)"):
+        check_state({**state, "memory": np.zeros((3, 4), "float32")}, 2)
+    with pytest.raises(TypeError, match="structure of the state it was given"):
+        check_state({"layers": [[h, h]], "memory": state["memory"]}, 2, previous=state)
+    with pytest.raises(TypeError, match=r"dtype of state\['memory'\]"):
+        check_state({**state, "memory": state["memory"].astype("float16")}, 2,
+                    previous=state)
+    with pytest.raises(ValueError, match=r"shape of state\['layers'\]\[0\]\[1\]"):
+        check_state({**state, "layers": [(h, h[:, :4])]}, 2, previous=state)
+
+
+def test_generate_ids_rejects_a_state_that_changes_structure(recurrent):
+    lm = recurrent[0]
+
+    class ListState(ToyLSTMBackbone):
+        def call_with_state(self, token_ids, state, index):
+            hidden, state = super().call_with_state(token_ids, state, index)
+            return hidden, {**state, "layers": [list(pair) for pair in state["layers"]]}
+
+    broken = ToyRecurrentLM(ListState(VOCAB))
+    broken.set_weights(lm.get_weights())
+    with pytest.raises(TypeError, match="structure of the state it was given"):
+        broken.generate_ids(PROMPTS, prompt_lengths=LENGTHS, max_length=MAX_LENGTH)
 
 
 # --------------------------------------------------------------------------- serving

@@ -182,14 +182,14 @@ def _greedy_by_full_recompute(lm, prompt, max_length):
 
 def test_cache_pass_equals_the_full_pass(backbone):
     x = _inputs(batch=2, length=9)
-    cache = backbone.initial_cache(2, 12)
-    assert tuple(cache.shape) == (2, 2, 2, 12, 4, 8)
-    hidden, cache = backbone.call_with_cache(x["token_ids"], cache, 0)
+    state = backbone.initial_state(2, 12)
+    assert tuple(state.shape) == (2, 2, 2, 12, 4, 8)
+    hidden, state = backbone.call_with_state(x["token_ids"], state, 0)
     np.testing.assert_allclose(np.asarray(hidden),
                                np.asarray(backbone(x)["sequence_output"]), atol=1e-5)
     # One more token through the cache = the last position of the full pass.
     longer = np.concatenate([x["token_ids"], [[5], [6]]], axis=1).astype("int32")
-    step, _ = backbone.call_with_cache(longer[:, -1:], cache, 9)
+    step, _ = backbone.call_with_state(longer[:, -1:], state, 9)
     full = backbone({"token_ids": longer, "padding_mask": np.ones_like(longer)})
     np.testing.assert_allclose(np.asarray(step)[:, 0],
                                np.asarray(full["sequence_output"])[:, -1], atol=1e-5)
@@ -264,7 +264,7 @@ def test_backbone_and_causal_lm_configs_and_keras_files(backbone, causal_lm, tmp
 def test_causal_lm_rejects_an_encoder_backbone():
     encoder = models.build("bert", "tiny", vocabulary_size=VOCAB, num_layers=1, hidden_dim=16,
                            num_heads=2, intermediate_dim=32, max_sequence_length=16)
-    with pytest.raises(TypeError, match="initial_cache"):
+    with pytest.raises(TypeError, match="initial_state"):
         Gpt1CausalLM(encoder)
 
 

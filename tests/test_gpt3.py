@@ -183,7 +183,7 @@ def test_head_dim_independent_of_width():
     attention = model.transformer_layers[1]._self_attention_layer
     assert tuple(attention._query_dense.kernel.shape) == (32, 3, 16)
     assert tuple(attention._output_dense.kernel.shape) == (3, 16, 32)
-    assert tuple(model.initial_cache(2, 8).shape) == (2, 4, 2, 8, 3, 16)
+    assert tuple(model.initial_state(2, 8).shape) == (2, 4, 2, 8, 3, 16)
     assert model(_inputs())["sequence_output"].shape == (BATCH, SEQ, 32)
 
 
@@ -213,11 +213,11 @@ def test_cached_decoding_steps_equal_full_recompute(backbone):
     ids = np.random.default_rng(2).integers(1, VOCAB, (2, 16)).astype("int32")
     full = np.asarray(backbone({"token_ids": ids,
                                 "padding_mask": np.ones_like(ids)})["sequence_output"])
-    cache = backbone.initial_cache(2, 16)
-    hidden, cache = backbone.call_with_cache(ids[:, :4], cache, 0)
+    state = backbone.initial_state(2, 16)
+    hidden, state = backbone.call_with_state(ids[:, :4], state, 0)
     steps = [np.asarray(hidden)]
     for index in range(4, 16):
-        hidden, cache = backbone.call_with_cache(ids[:, index:index + 1], cache, index)
+        hidden, state = backbone.call_with_state(ids[:, index:index + 1], state, index)
         steps.append(np.asarray(hidden))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
 

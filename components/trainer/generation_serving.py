@@ -30,8 +30,9 @@ Every prompt is prefixed with the end-of-text token (GPT-2's document separator,
 model sees a document start and an empty prompt is valid); a prompt longer than
 ``max_length - 2`` tokens keeps its last ``max_length - 2`` tokens, so that at least one
 token is generated. A row stops at its first generated end-of-text token; decoding ends
-when every row has stopped or is ``max_length`` tokens long. Decoding uses the model's
-key/value cache (`CausalLMGeneration.generate_ids`, models/generation.py).
+when every row has stopped or is ``max_length`` tokens long. Decoding runs through the
+model's decoding state (`CausalLMGeneration.generate_ids` and its decoding-state protocol,
+models/generation.py; a Transformer's is its key/value cache).
 
 A request with bad inputs fails with an InvalidArgumentError whose message names the input
 (``serving_default: k must be >= 1``).

@@ -199,37 +199,37 @@ class CharTransformerBackbone(keras.Model):
             hidden_states.append(x)
         return {"sequence_output": self.layer_norm(x), "hidden_states": hidden_states}
 
-    def initial_cache(self, batch_size, max_length):
-        """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
+    def initial_state(self, batch_size, max_length):
+        """The decoding state before any character (the protocol of `models/generation.py`):
+        a zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
         (`models/decoder_cache.py`)."""
-        return decoder_cache.initial_cache(self.transformer_layers, batch_size, max_length,
+        return decoder_cache.initial_state(self.transformer_layers, batch_size, max_length,
                                            self.num_heads, self.hidden_dim // self.num_heads)
 
-    def call_with_cache(self, token_ids, cache, cache_update_index):
-        """Runs `token_ids` (the characters at positions `cache_update_index`, ...) at
-        inference, reusing the keys/values of earlier positions from `cache`; each layer
-        adds its own positional embeddings of those positions (§2, "Positional
-        Embeddings"), so the cached keys and values of layer i were computed from inputs
-        that carried layer i's embedding of their position.
+    def call_with_state(self, token_ids, state, index):
+        """Runs `token_ids` (the characters at positions `index`, ...) at inference, reusing
+        the keys/values of earlier positions from `state`; each layer adds its own
+        positional embeddings of those positions (§2, "Positional Embeddings"), so the
+        cached keys and values of layer i were computed from inputs that carried layer i's
+        embedding of their position.
 
         Args:
             token_ids: int [batch, n].
-            cache: float [batch, num_layers, 2, max_length, num_heads, head_dim].
-            cache_update_index: int scalar (may be a tensor), position of `token_ids[:, 0]`.
+            state: float [batch, num_layers, 2, max_length, num_heads, head_dim].
+            index: int scalar (may be a tensor), position of `token_ids[:, 0]`.
 
         Returns:
-            (hidden [batch, n, hidden_dim] after the final LayerNorm, updated cache).
+            (hidden [batch, n, hidden_dim] after the final LayerNorm, updated state).
         """
         x = self._embed(ops.convert_to_tensor(token_ids, dtype="int32"))
 
         def add_position_embedding(i, x):
             position_embedding = self.position_embeddings[i]
-            return ops.add(x, position_embedding(x, start_index=cache_update_index))
+            return ops.add(x, position_embedding(x, start_index=index))
 
-        x, cache = decoder_cache.call_blocks_with_cache(
-            self.transformer_layers, x, cache, cache_update_index,
-            block_input=add_position_embedding)
-        return self.layer_norm(x), cache
+        x, state = decoder_cache.call_blocks_with_state(
+            self.transformer_layers, x, state, index, block_input=add_position_embedding)
+        return self.layer_norm(x), state
 
     def get_config(self):
         return {

@@ -90,8 +90,8 @@ class CharTransformerLM(CausalLMGeneration, keras.Model):
     its share of the global batch's loss (`task_losses.sum_over_replicas`).
 
     Text is generated with `generate_ids` (`CausalLMGeneration`, models/generation.py): a
-    keras-nlp sampler over the backbone's key/value cache, the final layer's next-character
-    prediction at each step.
+    keras-nlp sampler over the backbone's decoding state (its key/value cache), the final
+    layer's next-character prediction at each step.
 
     Inputs (dict, int32 [batch, seq_len]): `token_ids`, `padding_mask`.
     Output: next-character logits [batch, seq_len, vocabulary_size] of the final layer.
@@ -181,14 +181,15 @@ class CharTransformerLM(CausalLMGeneration, keras.Model):
         hidden = self.backbone(inputs, training=training)["sequence_output"]
         return self.backbone.token_embedding(hidden, reverse=True)
 
-    def call_with_cache(self, token_ids, cache, cache_update_index):
-        """One cached decoding step (see `CharTransformerBackbone.call_with_cache`):
-        (next-character logits [B, n, V], hidden [B, n, H], updated cache).
+    def call_with_state(self, token_ids, state, index):
+        """One decoding step of the characters at positions `index`, ... (the protocol of
+        models/generation.py; see `CharTransformerBackbone.call_with_state`):
+        (next-character logits [B, n, V], hidden [B, n, H], updated state).
 
         Only the final layer's next-character prediction is used, as at inference in the
         paper; `generate_ids` (`CausalLMGeneration`) decodes text with it."""
-        hidden, cache = self.backbone.call_with_cache(token_ids, cache, cache_update_index)
-        return self.backbone.token_embedding(hidden, reverse=True), hidden, cache
+        hidden, state = self.backbone.call_with_state(token_ids, state, index)
+        return self.backbone.token_embedding(hidden, reverse=True), hidden, state
 
     # ------------------------------------------------------------------ predictions
 

@@ -19,8 +19,8 @@ class Gpt1CausalLM(GPT2CausalLM):
     and decoding of GPT-2, which inherited them from GPT-1; everything is `GPT2CausalLM`'s:
     `compute_loss` (token-weighted mean negative log-likelihood over the global batch, i.e.
     -L1 / number of tokens), the `nll` metric, and `generate_ids` with a keras-nlp sampler
-    over the backbone's key/value cache (`Gpt1Backbone.call_with_cache`; the code is
-    `CausalLMGeneration`, models/generation.py).
+    over the backbone's decoding state, its key/value cache (`Gpt1Backbone.call_with_state`;
+    the code is `CausalLMGeneration`, models/generation.py).
 
     Inputs (dict, int32 [batch, seq_len]): `token_ids`, `padding_mask`.
     Output: next-token logits [batch, seq_len, vocabulary_size].
@@ -32,7 +32,7 @@ class Gpt1CausalLM(GPT2CausalLM):
     """
 
     def __init__(self, backbone, **kwargs):
-        for method in ("initial_cache", "call_with_cache"):
+        for method in ("initial_state", "call_with_state"):
             if not callable(getattr(backbone, method, None)):
                 raise TypeError(f"Gpt1CausalLM needs a decoder backbone with {method}() "
                                 f"(a Gpt1Backbone), got {type(backbone).__name__}")

@@ -143,31 +143,32 @@ class GPT2Backbone(keras.Model):
             initializer = keras.initializers.RandomNormal(stddev=stddev)
             kernel.assign(initializer(kernel.shape, kernel.dtype))
 
-    def initial_cache(self, batch_size, max_length):
-        """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
+    def initial_state(self, batch_size, max_length):
+        """The decoding state before any token (the protocol of `models/generation.py`): a
+        zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
         (`models/decoder_cache.py`)."""
-        return decoder_cache.initial_cache(self.transformer_layers, batch_size, max_length,
+        return decoder_cache.initial_state(self.transformer_layers, batch_size, max_length,
                                            self.num_heads, self.hidden_dim // self.num_heads)
 
-    def call_with_cache(self, token_ids, cache, cache_update_index):
-        """Runs `token_ids` (the tokens at positions `cache_update_index`, ...) through the
-        network at inference, reusing the keys/values of earlier positions from `cache`;
-        the interface `CausalLMGeneration.generate_ids` decodes with.
+    def call_with_state(self, token_ids, state, index):
+        """Runs `token_ids` (the tokens at positions `index`, ...) through the network at
+        inference, reusing the keys/values of earlier positions from `state`; the
+        decoding-state protocol `CausalLMGeneration.generate_ids` decodes with.
 
         Args:
             token_ids: int [batch, n], usually n = 1 during generation, or the whole padded
-                prompt with `cache_update_index = 0` to fill the cache.
-            cache: float [batch, num_layers, 2, max_length, num_heads, head_dim], e.g. from
-                `initial_cache`.
-            cache_update_index: int scalar (may be a tensor), position of `token_ids[:, 0]`.
+                prompt with `index = 0` to fill the cache.
+            state: float [batch, num_layers, 2, max_length, num_heads, head_dim], e.g. from
+                `initial_state`.
+            index: int scalar (may be a tensor), position of `token_ids[:, 0]`.
 
         Returns:
-            (hidden [batch, n, hidden_dim] after the final LayerNorm, updated cache).
+            (hidden [batch, n, hidden_dim] after the final LayerNorm, updated state).
         """
-        x = self.embeddings(token_ids, start_index=cache_update_index)
-        x, cache = decoder_cache.call_blocks_with_cache(self.transformer_layers, x, cache,
-                                                        cache_update_index)
-        return self.layer_norm(x), cache
+        x = self.embeddings(token_ids, start_index=index)
+        x, state = decoder_cache.call_blocks_with_state(self.transformer_layers, x, state,
+                                                        index)
+        return self.layer_norm(x), state
 
     def get_config(self):
         return {

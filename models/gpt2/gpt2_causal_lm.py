@@ -75,9 +75,10 @@ class GPT2CausalLM(CausalLMGeneration, BackboneTask, keras.Model):
     Metrics: `nll` (token-weighted mean NLL; perplexity = exp(nll)).
 
     `generate_ids` (from `CausalLMGeneration`, models/generation.py) decodes from prompts
-    with a `keras_nlp.samplers` sampler, using the backbone's key/value cache (see
-    `GPT2Backbone.call_with_cache`). Any backbone with that interface (`token_embedding`,
-    `initial_cache`, `call_with_cache`, `max_sequence_length`) works: GPT-3's does.
+    with a `keras_nlp.samplers` sampler through the decoding-state protocol, the backbone's
+    state being its key/value cache (see `GPT2Backbone.call_with_state`). Any backbone with
+    that interface (`token_embedding`, `initial_state`, `call_with_state`,
+    `max_sequence_length`) works: GPT-3's does.
 
     Args:
         backbone: a `GPT2Backbone`.
@@ -115,8 +116,9 @@ class GPT2CausalLM(CausalLMGeneration, BackboneTask, keras.Model):
         self.nll_tracker.update_state(nll, sample_weight=weights)
         return with_regularization(self, loss)
 
-    def call_with_cache(self, token_ids, cache, cache_update_index):
-        """One cached decoding step: (logits [B, n, V], hidden [B, n, H], cache)."""
-        hidden, cache = self.backbone.call_with_cache(token_ids, cache, cache_update_index)
+    def call_with_state(self, token_ids, state, index):
+        """One decoding step of the tokens at positions `index`, ... (the protocol of
+        models/generation.py): (logits [B, n, V], hidden [B, n, H], updated state)."""
+        hidden, state = self.backbone.call_with_state(token_ids, state, index)
         logits = self.backbone.token_embedding(hidden, reverse=True)
-        return logits, hidden, cache
+        return logits, hidden, state

@@ -1,7 +1,7 @@
 """GPT-3 (Brown et al. 2020). Importing this package registers the "gpt3" architecture.
 
 The task model is GPT-2's `GPT2CausalLM`, which takes any backbone with GPT-2's interface
-(`token_embedding`, `initial_cache`, `call_with_cache`, `max_sequence_length`); GPT-3 trains
+(`token_embedding`, `initial_state`, `call_with_state`, `max_sequence_length`); GPT-3 trains
 the same left-to-right language-modelling objective (§2.1)."""
 
 from lmfactory.models import registry

@@ -171,29 +171,30 @@ class GPT3Backbone(keras.Model):
             initializer = keras.initializers.RandomNormal(stddev=stddev)
             kernel.assign(initializer(kernel.shape, kernel.dtype))
 
-    def initial_cache(self, batch_size, max_length):
-        """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
+    def initial_state(self, batch_size, max_length):
+        """The decoding state before any token (the protocol of `models/generation.py`): a
+        zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
         (`models/decoder_cache.py`)."""
-        return decoder_cache.initial_cache(self.transformer_layers, batch_size, max_length,
+        return decoder_cache.initial_state(self.transformer_layers, batch_size, max_length,
                                            self.num_heads, self.head_dim)
 
-    def call_with_cache(self, token_ids, cache, cache_update_index):
-        """Runs `token_ids` (the tokens at positions `cache_update_index`, ...) through the
-        network at inference, reusing the keys/values of earlier positions from `cache`;
-        banded layers attend only within their band of the cache.
+    def call_with_state(self, token_ids, state, index):
+        """Runs `token_ids` (the tokens at positions `index`, ...) through the network at
+        inference, reusing the keys/values of earlier positions from `state`; banded
+        layers attend only within their band of the cache.
 
         Args:
             token_ids: int [batch, n].
-            cache: float [batch, num_layers, 2, max_length, num_heads, head_dim].
-            cache_update_index: int scalar (may be a tensor), position of `token_ids[:, 0]`.
+            state: float [batch, num_layers, 2, max_length, num_heads, head_dim].
+            index: int scalar (may be a tensor), position of `token_ids[:, 0]`.
 
         Returns:
-            (hidden [batch, n, hidden_dim] after the final LayerNorm, updated cache).
+            (hidden [batch, n, hidden_dim] after the final LayerNorm, updated state).
         """
-        x = self.embeddings(token_ids, start_index=cache_update_index)
-        x, cache = decoder_cache.call_blocks_with_cache(self.transformer_layers, x, cache,
-                                                        cache_update_index)
-        return self.layer_norm(x), cache
+        x = self.embeddings(token_ids, start_index=index)
+        x, state = decoder_cache.call_blocks_with_state(self.transformer_layers, x, state,
+                                                        index)
+        return self.layer_norm(x), state
 
     def get_config(self):
         return {
