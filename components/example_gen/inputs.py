@@ -103,7 +103,7 @@ def read_table_header(path: str, options: formats.FormatOptions) -> Tuple[str, .
 
 def table_rows(handle, options: formats.FormatOptions) -> Iterator[Optional[bytes]]:
     lines = formats.iter_file_lines(handle.read, options.max_line_bytes)
-    return formats.splittable_rows(lines, options.format, options.max_line_bytes)
+    return formats.split_table_rows(lines, options.format, options.max_line_bytes)
 
 
 def check_tfds_inputs(builder, config: IngestConfig) -> None:
