@@ -25,7 +25,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from lmfactory.components.vocabulary.learners import get_learner
+from lmfactory.components.vocabulary.learners import LEARNERS
 from lmfactory.models import tokenizers
 
 EXAMPLES_KEY = "examples"
@@ -48,7 +48,9 @@ class VocabularyConfig:
     special_tokens: Mapping[str, str] | None = None
 
     def __post_init__(self):
-        learner = get_learner(self.kind)
+        if self.kind not in LEARNERS:
+            raise ValueError(f"kind must be one of {tuple(LEARNERS)}, got {self.kind!r}")
+        learner = LEARNERS[self.kind]
         if self.min_frequency < 1 or self.max_unique_words < 1:
             raise ValueError("min_frequency and max_unique_words must be positive, got "
                              f"{self.min_frequency} and {self.max_unique_words}")
@@ -68,7 +70,7 @@ class VocabularyConfig:
     @property
     def resolved_special_tokens(self) -> dict:
         """Role -> token: the given set, or the kind's default (BERT's, GPT-2's, ALBERT's)."""
-        return dict(get_learner(self.kind).special_tokens if self.special_tokens is None
+        return dict(LEARNERS[self.kind].special_tokens if self.special_tokens is None
                     else self.special_tokens)
 
     @classmethod
@@ -111,7 +113,7 @@ def _check_special_tokens(kind: str, special_tokens) -> dict:
         if not isinstance(token, str) or not token or token != token.strip():
             raise ValueError(f"special_tokens[{role!r}] must be a non-empty string without "
                              f"surrounding spaces, got {token!r}")
-    learner = get_learner(kind)
+    learner = LEARNERS[kind]
     if learner.needs_unk and "unk" not in special_tokens:
         raise ValueError(f"special_tokens for {kind} need an 'unk' role (the token for "
                          f"out-of-vocabulary text), got roles {sorted(special_tokens)}")
@@ -138,7 +140,7 @@ def text_lines(serialized_example: bytes, text_features: Sequence[str]) -> Itera
 def count_words(lines: Sequence[str], config: VocabularyConfig) -> list[tuple[str, int]]:
     """Pre-tokenizes a batch of lines the way the tokenizer of ``config.kind`` will, and
     counts the words within the batch (less data to shuffle than one record per word)."""
-    return get_learner(config.kind).count(lines, config)
+    return LEARNERS[config.kind].count(lines, config)
 
 
 def _frequency_rank(word_count: tuple[str, int]) -> tuple[int, str]:
@@ -152,7 +154,7 @@ def learn_and_write(word_counts: list[tuple[str, int]], output_dir: str,
     if not word_counts:
         raise ValueError(f"No text to learn a vocabulary from: the text features "
                          f"{list(config.text_features)} of {source} hold no words")
-    settings = get_learner(config.kind).learn_and_write(word_counts, output_dir, config,
+    settings = LEARNERS[config.kind].learn_and_write(word_counts, output_dir, config,
                                                         source)
     tokenizers.write_tokenizer_config(output_dir, settings)
     return output_dir
@@ -227,7 +229,7 @@ def split_file_patterns(examples, splits: Sequence[str]) -> dict[str, str]:
 def vocabulary_size(output_dir: str) -> int:
     """Number of tokens in a written vocabulary folder."""
     settings = tokenizers.read_tokenizer_config(output_dir)
-    return get_learner(settings["kind"]).vocabulary_size(output_dir, settings)
+    return LEARNERS[settings["kind"]].vocabulary_size(output_dir, settings)
 
 
 # --- TFX executor ------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """The per-kind learner registry of VocabularyGen: one `Learner` record per tokenizer kind
 (``wordpiece``, ``bpe``, ``sentencepiece``, ``byte``) saying how the Beam steps pre-tokenize
 and count, how the learner writes the vocabulary folder, and what the kind asks of a
-configuration. ``executor.py`` dispatches on the record of ``config.kind``.
+configuration. ``executor.py`` dispatches on ``LEARNERS[config.kind]``.
 
-The kinds' learners are registered here, on import, in the order of
+The registry, `LEARNERS`, is filled here on import (no lazy gaps), in the order of
 ``models.tokenizers.kind_names()``.
 """
 
@@ -17,8 +17,6 @@ from typing import Callable, Mapping, Optional
 
 from lmfactory.components.vocabulary import bpe, byte_level, sentence_piece, wordpiece
 from lmfactory.models import tokenizers
-
-_LEARNERS: dict = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,26 +50,6 @@ class Learner:
     check_special_tokens: Optional[Callable] = None
     check_vocab_size: Optional[Callable] = None
     min_symbols: int = 1
-
-
-def register_learner(learner: Learner) -> Learner:
-    """Adds ``learner`` to the registry (a kind registers once) and returns it."""
-    if learner.kind in _LEARNERS:
-        raise ValueError(f"A learner of kind {learner.kind!r} is already registered")
-    _LEARNERS[learner.kind] = learner
-    return learner
-
-
-def learner_kinds() -> tuple:
-    """The kinds with a learner, in registration order."""
-    return tuple(_LEARNERS)
-
-
-def get_learner(kind: str) -> Learner:
-    """The learner of ``kind``; ValueError naming the kinds if there is none."""
-    if kind not in _LEARNERS:
-        raise ValueError(f"kind must be one of {learner_kinds()}, got {kind!r}")
-    return _LEARNERS[kind]
 
 
 def _file_size(output_dir: str, settings: dict, key: str, measure: Callable) -> int:
@@ -152,24 +130,22 @@ def _check_byte_vocab_size(vocab_size: int, special_tokens) -> None:
                          f"+ {size - 256} special token(s)), got {vocab_size}")
 
 
-register_learner(Learner(
-    "wordpiece", wordpiece.SPECIAL_TOKENS, _count_wordpiece, _learn_wordpiece,
-    lambda output_dir, settings: _file_size(output_dir, settings, "vocabulary_file",
-                                            lambda f: sum(1 for _ in f)),
-    needs_unk=True))
-register_learner(Learner(
-    "bpe", bpe.SPECIAL_TOKENS, _count_bpe, _learn_bpe,
-    lambda output_dir, settings: _file_size(output_dir, settings, "vocabulary_file",
-                                            lambda f: len(json.load(f))),
-    min_symbols=len(bpe.BYTE_SYMBOLS)))
-register_learner(Learner(
-    "sentencepiece", sentence_piece.SPECIAL_TOKENS, _count_sentencepiece,
-    _learn_sentencepiece, _sentencepiece_size, needs_unk=True))
-register_learner(Learner(
-    "byte", byte_level.SPECIAL_TOKENS, _count_byte, _write_byte,
-    lambda output_dir, settings: byte_level.vocabulary_size(
-        settings.get("special_tokens", {})),
-    check_special_tokens=tokenizers.check_byte_special_tokens,
-    check_vocab_size=_check_byte_vocab_size))
+LEARNERS = {learner.kind: learner for learner in (
+    Learner("wordpiece", wordpiece.SPECIAL_TOKENS, _count_wordpiece, _learn_wordpiece,
+            lambda output_dir, settings: _file_size(output_dir, settings, "vocabulary_file",
+                                                    lambda f: sum(1 for _ in f)),
+            needs_unk=True),
+    Learner("bpe", bpe.SPECIAL_TOKENS, _count_bpe, _learn_bpe,
+            lambda output_dir, settings: _file_size(output_dir, settings, "vocabulary_file",
+                                                    lambda f: len(json.load(f))),
+            min_symbols=len(bpe.BYTE_SYMBOLS)),
+    Learner("sentencepiece", sentence_piece.SPECIAL_TOKENS, _count_sentencepiece,
+            _learn_sentencepiece, _sentencepiece_size, needs_unk=True),
+    Learner("byte", byte_level.SPECIAL_TOKENS, _count_byte, _write_byte,
+            lambda output_dir, settings: byte_level.vocabulary_size(
+                settings.get("special_tokens", {})),
+            check_special_tokens=tokenizers.check_byte_special_tokens,
+            check_vocab_size=_check_byte_vocab_size),
+)}
 
-__all__ = ["Learner", "get_learner", "learner_kinds", "register_learner"]
+__all__ = ["LEARNERS", "Learner"]
