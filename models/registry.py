@@ -43,10 +43,10 @@ def register_family_head(family: str, task_kind: str, head: Callable) -> Callabl
 
 
 def _tokenizer_kinds() -> tuple:
+    """The registered tokenizer kinds (models/tokenizers)."""
     from lmfactory.models import tokenizers
 
-    names = getattr(tokenizers, "kind_names", None)
-    return tuple(names()) if names else ("wordpiece", "bpe", "sentencepiece", "byte")
+    return tuple(tokenizers.kind_names())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import Iterable, Iterator, List, Optional, Tuple
 from lmfactory.components.example_gen import formats
 
 CONLL_FORMAT = formats.CONLL_FORMAT
+# The tagging record's features; models/tasks/ner_training.py (`tagging_dataset`) reads them.
 TOKENS_FEATURE = "tokens"
 TAGS_FEATURE = "tags"
 DOCSTART = "-DOCSTART-"
@@ -139,7 +140,7 @@ def read_conll(path: str, on_malformed: str = "skip") -> ConllFile:
 
 
 # ---------------------------------------------------------------------------------------------
-# Streaming records for TFX ingestion (formats.py / executor.py).
+# Streaming records for TFX ingestion (formats.py / transforms.py).
 
 
 def split_sentences(lines: Iterable[Optional[bytes]]) -> Iterator[Optional[bytes]]:

@@ -471,23 +471,3 @@ def _record_text_bytes(flat: Mapping[str, Any], options: FormatOptions) -> bytes
 def _string_values(value: Any) -> List[bytes]:
     values = _as_value_list(value) or []
     return [_to_bytes(item) for item in values if isinstance(item, (str, bytes))]
-
-
-def parse_record(record: Any, options: FormatOptions, columns: Sequence[str] = ()) -> ParseResult:
-    """Dispatches one raw record to its format's parser."""
-    if options.format == TEXT_FORMAT:
-        return parse_text_document(record, options)
-    if options.format in TABLE_FORMATS:
-        return parse_table_row(record, columns, options)
-    if options.format == JSONL_FORMAT:
-        return parse_json_line(record, options)
-    if options.format == TFDS_FORMAT:
-        return parse_tfds_record(record, options)
-    if options.format == CONLL_FORMAT:
-        from lmfactory.components.example_gen import conll  # conll.py imports this module
-
-        return conll.parse_conll_sentence(record, options)
-    if options.format in WHOLE_FILE_FORMATS:
-        # The task reader already made (and checked) the Example: the payload is its bytes.
-        return example_pb2.Example.FromString(record)
-    raise ValueError(f"unknown format {options.format!r}; expected one of {ALL_FORMATS}")

@@ -177,7 +177,8 @@ def _commonsenseqa_shape(record) -> Optional[str]:
 
 def read_commonsenseqa(path: str, require_labels: bool = True,
                        num_choices: Optional[int] = None,
-                       strict: bool = False) -> MultipleChoiceSplit:
+                       strict: bool = False,
+                       varying_choices: bool = False) -> MultipleChoiceSplit:
     """Reads a CommonsenseQA JSONL file (see the module docstring).
 
     Args:
@@ -188,6 +189,9 @@ def read_commonsenseqa(path: str, require_labels: bool = True,
         num_choices: the number of choices every question must have; None = that of the
             first well-formed question (5 in CommonsenseQA).
         strict: raise on the first malformed line instead of counting it.
+        varying_choices: accept questions with different numbers of choices (in-context
+            scoring, ``components/evaluator/few_shot``); ``num_choices`` is then not
+            checked. Fine-tuning packs a fixed number per question and leaves it False.
     """
     text = read_text(path)
     malformed = _Malformed(os.fspath(path), strict)
@@ -213,7 +217,7 @@ def read_commonsenseqa(path: str, require_labels: bool = True,
             continue
         expected = num_choices if num_choices is not None else (
             len(examples[0].choices) if examples else None)
-        if expected is not None and len(texts) != expected:
+        if not varying_choices and expected is not None and len(texts) != expected:
             malformed(number, f"wrong number of choices: {len(texts)}, expected {expected}")
             continue
         if "answerKey" not in record:

@@ -72,9 +72,34 @@ def tuned_threshold(scores: dict) -> float | None:
     return float(threshold) if math.isfinite(threshold) else -1e30
 
 
+def score(records, predictions, version_2: bool) -> dict:
+    """Official EM / F1; for v2.0 also at the thresholds tuned on these records."""
+    from lmfactory.components.evaluator import squad_metrics
+    from lmfactory.models.tasks.span_decoding import answer
+
+    gold = squad.gold_answers(records)
+    ids = [r.id for r in records]
+    result = {"v1_best_span": squad_metrics.evaluate(
+        gold, {i: answer(p, None) for i, p in zip(ids, predictions)})}
+    if version_2:
+        margins = {i: p.null_margin for i, p in zip(ids, predictions)}
+        spans = {i: p.text for i, p in zip(ids, predictions)}
+        result["threshold_0"] = squad_metrics.evaluate(
+            gold, {i: answer(p, 0.0) for i, p in zip(ids, predictions)})
+        for metric in ("exact_match", "f1"):
+            threshold, value = squad_metrics.best_no_answer_threshold(gold, spans, margins,
+                                                                      metric)
+            at = squad_metrics.evaluate(
+                gold, {i: answer(p, threshold) for i, p in zip(ids, predictions)})
+            result[f"best_{metric}_threshold"] = {"threshold": threshold, metric: value,
+                                                  "exact_match": at["exact_match"],
+                                                  "f1": at["f1"]}
+    return result
+
+
 def train(context) -> dict:
     from lmfactory import models
-    from lmfactory.models.tasks.span_finetune import featurize, predict, score, training_labels
+    from lmfactory.models.tasks.span_finetune import featurize, predict, training_labels
     from lmfactory.models.tasks.span_preprocessor import span_preprocessor
 
     context.require_base_model("a span extractor")

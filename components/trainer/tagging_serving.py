@@ -17,20 +17,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from lmfactory.models.classifier_preprocessor import select_inputs
-from lmfactory.models.tasks.token_classification_preprocessor import word_predictions
+from lmfactory.models.tasks.ner_training import predict_word_label_ids
 
 SERVING_SIGNATURE = "serving_default"
-
-
-def predict_word_label_ids(model, preprocessor, words):
-    """Ragged [B, (words)] strings -> ragged [B, (words)] int32 label ids (the argmax at each
-    word's first sub-token; the first label, ``O``, for words with none)."""
-    features = preprocessor(words)
-    logits = model(select_inputs(model, features), training=False)
-    token_predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    return word_predictions(token_predictions, features["word_ids"], words.row_lengths(),
-                            default_id=0)
 
 
 class TaggerServing(tf.Module):

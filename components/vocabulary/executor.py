@@ -6,6 +6,8 @@ features, pre-tokenize lines into words (in batches, with the tokenizer's own sp
 rules), count words with a combiner (``CombinePerKey(sum)``, lifted before the shuffle on
 Dataflow / Flink / Spark) and keep the ``max_unique_words`` most frequent. The learner then
 runs once, on that (word, count) list, and writes the vocabulary folder (CONTRACTS §2).
+Each kind's counting, learner and checks are its record in the learner registry
+(``learners.py``).
 
 :func:`add_vocabulary_pipeline` adds these steps to any pipeline and :func:`learn_vocabulary`
 runs them on the runner the Beam args name; the TFX :class:`Executor` only unpacks artifacts.
@@ -13,7 +15,6 @@ runs them on the runner the Beam args name; the TFX :class:`Executor` only unpac
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import os
@@ -24,15 +25,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
-from lmfactory.components.vocabulary import bpe, byte_level, sentence_piece, wordpiece
+from lmfactory.components.vocabulary.learners import LEARNERS
 from lmfactory.models import tokenizers
 
 EXAMPLES_KEY = "examples"
 VOCABULARY_KEY = "vocabulary"
-KINDS = ("wordpiece", "bpe", "sentencepiece", "byte")
-DEFAULT_SPECIAL_TOKENS = {"wordpiece": wordpiece.SPECIAL_TOKENS, "bpe": bpe.SPECIAL_TOKENS,
-                          "sentencepiece": sentence_piece.SPECIAL_TOKENS,
-                          "byte": byte_level.SPECIAL_TOKENS}
 _LINES_PER_BATCH = 512
 
 
@@ -51,21 +48,19 @@ class VocabularyConfig:
     special_tokens: Mapping[str, str] | None = None
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind not in LEARNERS:
+            raise ValueError(f"kind must be one of {tuple(LEARNERS)}, got {self.kind!r}")
+        learner = LEARNERS[self.kind]
         if self.min_frequency < 1 or self.max_unique_words < 1:
             raise ValueError("min_frequency and max_unique_words must be positive, got "
                              f"{self.min_frequency} and {self.max_unique_words}")
         if self.special_tokens is not None:
             object.__setattr__(self, "special_tokens",
                                _check_special_tokens(self.kind, self.special_tokens))
-        if self.kind == "byte":
-            size = byte_level.vocabulary_size(self.resolved_special_tokens)
-            if self.vocab_size != size:
-                raise ValueError(f"vocab_size for byte must be {size} (the 256 byte values "
-                                 f"+ {size - 256} special token(s)), got {self.vocab_size}")
+        if learner.check_vocab_size is not None:
+            learner.check_vocab_size(self.vocab_size, self.resolved_special_tokens)
         distinct = len(tokenizers.unique_special_tokens(self.resolved_special_tokens))
-        smallest = distinct + (len(bpe.BYTE_SYMBOLS) if self.kind == "bpe" else 1)
+        smallest = distinct + learner.min_symbols
         if self.vocab_size < smallest:
             raise ValueError(f"vocab_size for {self.kind} must be at least {smallest}, "
                              f"got {self.vocab_size}")
@@ -75,7 +70,7 @@ class VocabularyConfig:
     @property
     def resolved_special_tokens(self) -> dict:
         """Role -> token: the given set, or the kind's default (BERT's, GPT-2's, ALBERT's)."""
-        return dict(DEFAULT_SPECIAL_TOKENS[self.kind] if self.special_tokens is None
+        return dict(LEARNERS[self.kind].special_tokens if self.special_tokens is None
                     else self.special_tokens)
 
     @classmethod
@@ -118,11 +113,12 @@ def _check_special_tokens(kind: str, special_tokens) -> dict:
         if not isinstance(token, str) or not token or token != token.strip():
             raise ValueError(f"special_tokens[{role!r}] must be a non-empty string without "
                              f"surrounding spaces, got {token!r}")
-    if kind in ("wordpiece", "sentencepiece") and "unk" not in special_tokens:
+    learner = LEARNERS[kind]
+    if learner.needs_unk and "unk" not in special_tokens:
         raise ValueError(f"special_tokens for {kind} need an 'unk' role (the token for "
                          f"out-of-vocabulary text), got roles {sorted(special_tokens)}")
-    if kind == "byte":
-        tokenizers.check_byte_special_tokens(special_tokens)
+    if learner.check_special_tokens is not None:
+        learner.check_special_tokens(special_tokens)
     return dict(special_tokens)
 
 
@@ -144,16 +140,7 @@ def text_lines(serialized_example: bytes, text_features: Sequence[str]) -> Itera
 def count_words(lines: Sequence[str], config: VocabularyConfig) -> list[tuple[str, int]]:
     """Pre-tokenizes a batch of lines the way the tokenizer of ``config.kind`` will, and
     counts the words within the batch (less data to shuffle than one record per word)."""
-    if config.kind == "wordpiece":
-        words = wordpiece.pretokenize_lines(lines, config.lowercase, config.strip_accents)
-    elif config.kind == "sentencepiece":
-        words = sentence_piece.pretokenize_lines(lines, config.lowercase, config.strip_accents)
-    elif config.kind == "byte":  # the "words" are bytes: their counts are the statistics
-        return byte_level.count_bytes(lines)
-    else:  # counted before spelling in bytes: each distinct word is converted once
-        special_tokens, _ = bpe.special_token_layout(config.resolved_special_tokens)
-        return list(bpe.count_words(lines, special_tokens).items())
-    return list(collections.Counter(words).items())
+    return LEARNERS[config.kind].count(lines, config)
 
 
 def _frequency_rank(word_count: tuple[str, int]) -> tuple[int, str]:
@@ -167,27 +154,8 @@ def learn_and_write(word_counts: list[tuple[str, int]], output_dir: str,
     if not word_counts:
         raise ValueError(f"No text to learn a vocabulary from: the text features "
                          f"{list(config.text_features)} of {source} hold no words")
-    specials = config.resolved_special_tokens
-    if config.kind == "wordpiece":
-        vocabulary = wordpiece.learn_vocabulary(word_counts, config.vocab_size,
-                                                config.min_frequency,
-                                                wordpiece.reserved_tokens(specials))
-        wordpiece.write_files(output_dir, vocabulary)
-        settings = wordpiece.tokenizer_config(config.lowercase, config.strip_accents, specials)
-    elif config.kind == "sentencepiece":
-        model = sentence_piece.learn_model(word_counts, config.vocab_size, specials)
-        sentence_piece.write_files(output_dir, model)
-        settings = sentence_piece.tokenizer_config(config.lowercase, config.strip_accents,
-                                                   specials)
-    elif config.kind == "byte":  # nothing to learn: record the byte statistics
-        byte_level.write_files(output_dir, word_counts, source)
-        settings = byte_level.tokenizer_config(specials)
-    else:
-        special_tokens, first = bpe.special_token_layout(specials)
-        tokens, merges = bpe.learn_merges(word_counts, config.vocab_size, config.min_frequency,
-                                          special_tokens, specials_first=first)
-        bpe.write_files(output_dir, tokens, merges)
-        settings = bpe.tokenizer_config(specials)
+    settings = LEARNERS[config.kind].learn_and_write(word_counts, output_dir, config,
+                                                        source)
     tokenizers.write_tokenizer_config(output_dir, settings)
     return output_dir
 
@@ -260,19 +228,8 @@ def split_file_patterns(examples, splits: Sequence[str]) -> dict[str, str]:
 
 def vocabulary_size(output_dir: str) -> int:
     """Number of tokens in a written vocabulary folder."""
-    import tensorflow as tf
-
     settings = tokenizers.read_tokenizer_config(output_dir)
-    if settings["kind"] == "byte":
-        return byte_level.vocabulary_size(settings.get("special_tokens", {}))
-    if settings["kind"] == "sentencepiece":
-        path = os.path.join(output_dir, settings.get("model_file", sentence_piece.MODEL_FILE))
-        with tf.io.gfile.GFile(path, "rb") as f:
-            return sentence_piece.vocabulary_size(f.read())
-    with tf.io.gfile.GFile(os.path.join(output_dir, settings["vocabulary_file"])) as f:
-        if settings["kind"] == "bpe":
-            return len(json.load(f))
-        return sum(1 for _ in f)
+    return LEARNERS[settings["kind"]].vocabulary_size(output_dir, settings)
 
 
 # --- TFX executor ------------------------------------------------------------------------

@@ -39,20 +39,16 @@ import tensorflow as tf
 from keras_hub.src.tokenizers.word_piece_tokenizer import pretokenize
 from keras_hub.src.utils.tensor_utils import convert_to_ragged_batch, preprocessing_function
 
+from lmfactory.models.tokenizers.byte_level_bpe import register_word_end_tokenizer
+from lmfactory.models.tokenizers.normalization import lowercase_characters
+from lmfactory.models.tokenizers.wordpiece import bert_normalize
+
 WORD_END = "</w>"
-
-
-def _lowercase(text):
-    from lmfactory.models.tokenizers import lowercase_characters
-
-    return lowercase_characters(text)
 
 
 def _clean(text):
     """BERT's basic-tokenizer normalisation of lower-cased text: drop control characters,
     every space a " ", accents stripped (NFD, drop ``Mn``)."""
-    from lmfactory.models.tokenizers import bert_normalize
-
     return bert_normalize(text, lowercase=False, strip_accents=True)
 
 
@@ -126,7 +122,7 @@ class Gpt1BpeTokenizer(keras_nlp.tokenizers.BytePairTokenizer):
         pieces, special = self._split_specials(inputs, pattern)
         flat = pieces.flat_values
         lowered = tf.strings.reduce_join(
-            pieces.with_flat_values(tf.where(special, flat, _lowercase(flat))), axis=-1)
+            pieces.with_flat_values(tf.where(special, flat, lowercase_characters(flat))), axis=-1)
         pieces, special = self._split_specials(lowered, pattern)
         flat = pieces.flat_values
         count = tf.shape(flat, out_type=tf.int64)[0]
@@ -225,5 +221,8 @@ def tf_text_regex_split(inputs, pattern):
     return tf_text.regex_split(inputs, delim_regex_pattern=pattern,
                                keep_delim_regex_pattern=pattern)
 
+
+# `bpe` vocabulary folders with a `word_end_suffix` are read by this class.
+register_word_end_tokenizer(Gpt1BpeTokenizer)
 
 __all__ = ["Gpt1BpeTokenizer", "WORD_END"]
