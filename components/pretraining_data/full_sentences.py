@@ -37,10 +37,12 @@ from typing import Iterable, NamedTuple, Sequence
 
 import tensorflow as tf
 
+from lmfactory.components.pretraining_data import registry
 from lmfactory.components.pretraining_data.bert_mlm_nsp import seeded_rng
 from lmfactory.components.pretraining_data.masking import (
     BertVocabulary, MaskedLmPredictions, count_masking, create_masked_lm_predictions,
     int_feature, masked_lm_features, masking_stats, padded)
+from lmfactory.components.pretraining_data.mlm_objective import masked_lm_objective
 
 
 class PackedBlocks(NamedTuple):
@@ -131,3 +133,9 @@ def shard_examples(documents: Sequence, vocab: BertVocabulary, config: dict,
             serialized.append(example.SerializeToString(deterministic=True))
     seeded_rng(*seed_scope, "shuffle").shuffle(serialized)
     return serialized, stats
+
+
+OBJECTIVE = registry.register(masked_lm_objective(
+    "mlm", shard_examples, None,
+    paper="Liu et al. 2019, RoBERTa: A Robustly Optimized BERT Pretraining Approach, §4.1 "
+          "(dynamic masking), §4.2 (FULL-SENTENCES, no NSP)"))
