@@ -21,6 +21,9 @@ random other document when a chunk holds a single sentence (its NSP code path); 
 chunk is split inside the sentence so that every instance is a same-document pair, as §3.2
 describes. Chunks of a single token produce no instance. Documents are processed one shard at
 a time in canonical order with one RNG per (seed, split, shard, dupe round), like BERT.
+
+Registered as objective ``albert_mlm_sop`` (``OBJECTIVE``, built by
+``mlm_objective.masked_lm_objective`` with the ``sop`` task).
 """
 
 from __future__ import annotations

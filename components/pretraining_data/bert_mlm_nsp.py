@@ -38,6 +38,9 @@ Adaptations, and why:
   contiguous text, §3). ``reference_nsp_sampling=True`` restores the reference behaviour.
 * Whole-word groups only join *adjacent* pieces (a ``##`` piece right after [SEP] does not
   join the last word of segment A).
+
+Registered as objective ``bert_mlm_nsp`` (``OBJECTIVE``; the record reader, vocabulary state
+and config check are the masked-LM ones of ``mlm_objective.py``, with the ``nsp`` task).
 """
 
 from __future__ import annotations

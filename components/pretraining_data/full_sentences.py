@@ -29,6 +29,9 @@ shards (see ``executor.py``) and sorts each shard's documents by content hash, s
 document boundaries between documents that are neighbours in that canonical order, not in the
 source corpus order (which a distributed read does not preserve anyway). Whole sentences never
 cross shards.
+
+Registered as objective ``mlm`` (``OBJECTIVE``, built by ``mlm_objective.masked_lm_objective``
+with no sentence-level task: one-segment records, ``segment_ids`` all zeros in tf.data).
 """
 
 from __future__ import annotations
