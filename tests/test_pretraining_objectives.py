@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import dataclasses
 import glob
 import json
 import os
@@ -22,7 +23,7 @@ import pytest
 import tensorflow as tf
 
 from lmfactory.components.pretraining_data import albert_mlm_sop, features, full_sentences
-from lmfactory.components.pretraining_data import masking
+from lmfactory.components.pretraining_data import masking, objectives
 from lmfactory.components.pretraining_data.bert_mlm_nsp import seeded_rng
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
 from lmfactory.components.pretraining_data.executor import (
@@ -650,7 +651,9 @@ def test_sop_instances_unit():
 
 
 def test_config_validation():
-    assert {"mlm", "albert_mlm_sop"} <= set(features.OBJECTIVES)
+    assert {"bert_mlm_nsp", "mlm", "albert_mlm_sop", "causal_lm"} <= set(objectives.names())
+    assert [objectives.get(n).causal for n in ("bert_mlm_nsp", "mlm", "causal_lm")] == [
+        False, False, True]
     resolved = features.resolve_config({"objective": "albert_mlm_sop", "ngram_masking": 3})
     assert resolved["ngram_masking"] == 3 and features.DEFAULT_CONFIG["ngram_masking"] == 0
     for bad, message in (({"objective": "causal_lm", "ngram_masking": 3}, "masked-LM"),
@@ -682,3 +685,109 @@ def test_component_accepts_new_objectives():
     assert make(objective="mlm").exec_properties["objective"] == "mlm"
     with pytest.raises(ValueError, match="ngram_masking"):
         make(objective="causal_lm", ngram_masking=2)
+
+
+# --------------------------------------------------------------------------- registry
+
+
+REVERSED_LM = "reversed_lm"
+
+
+def _reversed_lm_pad_id(tokenizer, tokenizer_config: dict) -> int:
+    return int(tokenizer.token_to_id(tokenizer_config["special_tokens"]["pad"]))
+
+
+def _reversed_lm_shard(documents, pad_id, config, seed_scope):
+    """One record per sentence: its ids right to left (truncated to L, padded), its length."""
+    length = int(config["max_seq_length"])
+    serialized, tokens = [], 0
+    for document in documents:
+        for sentence in document:
+            ids = list(reversed(sentence))[:length]
+            tokens += len(ids)
+            example = tf.train.Example(features=tf.train.Features(feature={
+                "input_ids": masking.int_feature(masking.padded(ids, length, pad_id)),
+                "length": masking.int_feature([len(ids)])}))
+            serialized.append(example.SerializeToString(deterministic=True))
+    return serialized, {"sentences": len(serialized), "tokens": tokens}
+
+
+def _reversed_lm_spec(config: dict) -> dict:
+    length = int(config["max_seq_length"])
+    return {"input_ids": tf.io.FixedLenFeature([length], tf.int64),
+            "length": tf.io.FixedLenFeature([1], tf.int64)}
+
+
+def _reversed_lm_converter(config: dict):
+    def batch(parsed):
+        ids = tf.cast(parsed["input_ids"], tf.int32)
+        positions = tf.range(tf.shape(ids)[1] - 1)[tf.newaxis, :]
+        mask = positions < tf.cast(parsed["length"], tf.int32) - 1
+        return ({"token_ids": ids[:, :-1], "padding_mask": mask}, ids[:, 1:],
+                tf.cast(mask, tf.float32))
+
+    return batch
+
+
+def _reversed_lm_checks(config: dict) -> None:
+    if config["dynamic_masking"]:
+        raise ValueError("reversed_lm has no masked-LM targets; set dynamic_masking off")
+
+
+def reversed_lm_objective() -> objectives.Objective:
+    """A backward LM (ELMo, Peters et al. 2018 §3.1: predict the previous token from the
+    future context), written only here: one record per sentence, right to left."""
+    return objectives.Objective(
+        name=REVERSED_LM, document=objectives.SENTENCES,
+        vocabulary_state=_reversed_lm_pad_id, shard_examples=_reversed_lm_shard,
+        feature_spec=_reversed_lm_spec, converter=_reversed_lm_converter, causal=True,
+        check_config=_reversed_lm_checks,
+        vocabulary_record=lambda pad_id: {"reversed_lm_pad_id": pad_id},
+        paper="Peters et al. 2018, Deep contextualized word representations, §3.1")
+
+
+def test_registered_objective_runs_end_to_end(tmp_path):
+    """An objective registered from outside the folder is accepted by resolve_config, written
+    by the Beam pipeline and read back by make_dataset, with no edit to the package."""
+    texts = ["The cat sat on the mat .\nIt was warm .",
+             "Dogs bark at night .\nThe moon is bright .\nNobody sleeps .",
+             "A short one .", "Rivers run to the sea .\nThe sea is salt ."]
+    write_examples(str(tmp_path / "examples" / "Split-train"), texts)
+    write_wordpiece_vocab(str(tmp_path / "vocab"), texts)
+    tokenizer = load_tokenizer(str(tmp_path / "vocab"))
+    sentences = [s for text in texts for s in text.split("\n")]
+    length = 6
+    expected = sorted(list(reversed(ids))[:length] for ids in tokenizer(sentences))
+    assert REVERSED_LM not in objectives.names()
+    with objectives.registered(reversed_lm_objective()):
+        assert REVERSED_LM in objectives.names()
+        with pytest.raises(ValueError, match="already registered"):
+            objectives.register(dataclasses.replace(reversed_lm_objective(), causal=False))
+        resolved = features.resolve_config({"objective": REVERSED_LM, "max_seq_length": length})
+        assert resolved["objective"] == REVERSED_LM
+        with pytest.raises(ValueError, match="reversed_lm has no masked-LM"):
+            features.resolve_config({"objective": REVERSED_LM, "dynamic_masking": True})
+        counts = generate_pretraining_examples(
+            {"train": str(tmp_path / "examples" / "Split-train")}, str(tmp_path / "vocab"),
+            str(tmp_path / "out"), {"objective": REVERSED_LM, "max_seq_length": length},
+            beam_pipeline_args=BEAM_ARGS)
+        assert counts["train"]["sentences"] == len(sentences) == 8
+        assert counts["train"]["documents"] == len(texts)
+        config = features.read_pretraining_config(str(tmp_path / "out"))
+        assert config["objective"] == REVERSED_LM and config["reversed_lm_pad_id"] == PAD
+        records = read_records(str(tmp_path / "out" / "Split-train"))
+        assert sorted(r["input_ids"][:r["length"][0]] for r in records) == expected
+        dataset = features.make_dataset(str(tmp_path / "out" / "Split-train" / "*.gz"), config,
+                                        batch_size=3, shuffle=False, repeat=False)
+        batches = list(dataset)
+        assert sum(int(x["token_ids"].shape[0]) for x, _, _ in batches) == len(sentences)
+        x, y, w = batches[0]
+        assert x["token_ids"].shape[1] == y.shape[1] == w.shape[1] == length - 1
+        assert (x["token_ids"].numpy()[:, 1:] == y.numpy()[:, :-1]).all()
+        assert sum(float(tf.reduce_sum(w)) for _, _, w in batches) == sum(
+            len(ids) - 1 for ids in expected)
+    assert REVERSED_LM not in objectives.names()
+    with pytest.raises(ValueError, match="objective must be one of"):
+        features.resolve_config({"objective": REVERSED_LM})
+    with pytest.raises(ValueError, match="Unknown pretraining objective"):
+        objectives.unregister(REVERSED_LM)

@@ -1,9 +1,12 @@
 """PretrainingExampleGen: corpus Examples -> pretraining records (CONTRACTS §3).
 
 Modules: ``features`` (record format, config defaults, ``make_dataset`` for the trainer; no
-TFX/Beam imports), ``bert_mlm_nsp`` (BERT MLM+NSP), ``albert_mlm_sop`` (ALBERT MLM+SOP),
-``full_sentences`` (RoBERTa FULL-SENTENCES ``mlm``), ``masking`` (token, whole-word and n-gram
-masking shared by those three) and ``causal_lm`` (GPT-2 blocks): instance creation, pure Python;
+TFX/Beam imports); ``objectives`` (the objective registry: ``get(name)``, ``names()``; the
+``Objective`` record is defined in ``registry``), whose records are registered by
+``bert_mlm_nsp`` (BERT MLM+NSP), ``albert_mlm_sop`` (ALBERT MLM+SOP), ``full_sentences``
+(RoBERTa FULL-SENTENCES ``mlm``) and ``causal_lm`` (GPT-2 blocks): instance creation, pure
+Python, with ``masking`` (token, whole-word and n-gram masking) and ``mlm_objective`` (record
+spec, tf.data converters, vocabulary state) shared by the three masked-LM ones;
 ``executor`` (Beam pipeline, ``generate_pretraining_examples``, TFX ``Executor``),
 ``component`` (``PretrainingExampleGen``). The TFX names below are imported lazily so that
 ``features`` can be used without importing TFX.

@@ -21,6 +21,9 @@ random other document when a chunk holds a single sentence (its NSP code path); 
 chunk is split inside the sentence so that every instance is a same-document pair, as §3.2
 describes. Chunks of a single token produce no instance. Documents are processed one shard at
 a time in canonical order with one RNG per (seed, split, shard, dupe round), like BERT.
+
+Registered as objective ``albert_mlm_sop`` (``OBJECTIVE``, built by
+``mlm_objective.masked_lm_objective`` with the ``sop`` task).
 """
 
 from __future__ import annotations
@@ -30,15 +33,18 @@ from typing import Iterable, NamedTuple, Sequence
 
 import tensorflow as tf
 
+from lmfactory.components.pretraining_data import registry
 from lmfactory.components.pretraining_data.bert_mlm_nsp import (
     pair_example, seeded_rng, truncate_seq_pair)
 from lmfactory.components.pretraining_data.masking import (
     BertVocabulary, MaskedLmPredictions, count_masking, create_masked_lm_predictions,
     masking_stats)
+from lmfactory.components.pretraining_data.mlm_objective import (
+    SentenceTask, masked_lm_objective)
 
 IN_ORDER = 0  # sentence_order_labels: 0 = A precedes B in the document
 SWAPPED = 1   # 1 = the two segments were swapped (B precedes A in the document)
-LABEL_FEATURE = "sentence_order_labels"
+SOP = SentenceTask("sop", "sentence_order_labels")
 
 
 class SopInstance(NamedTuple):
@@ -100,7 +106,7 @@ def to_tf_example(instance: SopInstance, max_seq_length: int,
                   masked: MaskedLmPredictions | None, max_predictions_per_seq: int
                   ) -> tf.train.Example:
     """BERT's record layout with ``sentence_order_labels[1]`` instead of NSP (CONTRACTS §3)."""
-    return pair_example(instance.tokens, instance.segment_ids, LABEL_FEATURE,
+    return pair_example(instance.tokens, instance.segment_ids, SOP.feature,
                         SWAPPED if instance.is_swapped else IN_ORDER, max_seq_length, masked,
                         max_predictions_per_seq)
 
@@ -135,3 +141,9 @@ def shard_examples(documents: Sequence, vocab: BertVocabulary, config: dict,
                 serialized.append(example.SerializeToString(deterministic=True))
     seeded_rng(*seed_scope, "shuffle").shuffle(serialized)
     return serialized, stats
+
+
+OBJECTIVE = registry.register(masked_lm_objective(
+    "albert_mlm_sop", shard_examples, SOP,
+    paper="Lan et al. 2020, ALBERT: A Lite BERT for Self-supervised Learning of Language "
+          "Representations, §3.2 (sentence-order prediction), §4.1 (n-gram masking)"))

@@ -38,6 +38,9 @@ Adaptations, and why:
   contiguous text, §3). ``reference_nsp_sampling=True`` restores the reference behaviour.
 * Whole-word groups only join *adjacent* pieces (a ``##`` piece right after [SEP] does not
   join the last word of segment A).
+
+Registered as objective ``bert_mlm_nsp`` (``OBJECTIVE``; the record reader, vocabulary state
+and config check are the masked-LM ones of ``mlm_objective.py``, with the ``nsp`` task).
 """
 
 from __future__ import annotations
@@ -48,12 +51,16 @@ from typing import Iterable, NamedTuple, Sequence
 
 import tensorflow as tf
 
+from lmfactory.components.pretraining_data import registry
 from lmfactory.components.pretraining_data.masking import (  # noqa: F401  (re-exported)
     BertVocabulary, MaskedLmPredictions, count_masking, create_masked_lm_predictions,
     int_feature, masked_lm_features, masking_stats, padded)
+from lmfactory.components.pretraining_data.mlm_objective import (
+    SentenceTask, masked_lm_objective)
 
 NOT_NEXT = 1  # next_sentence_labels: 0 = IsNext (B follows A), 1 = random next
 IS_NEXT = 0
+NSP = SentenceTask("nsp", "next_sentence_labels")
 
 
 class TrainingInstance(NamedTuple):
@@ -175,7 +182,7 @@ def to_tf_example(tokens, segment_ids, is_random_next: bool, max_seq_length: int
                   ) -> tf.train.Example:
     """The google-research/bert feature layout (CONTRACTS §3); no ``masked_lm_*`` when
     ``masked`` is None (dynamic masking)."""
-    return pair_example(tokens, segment_ids, "next_sentence_labels",
+    return pair_example(tokens, segment_ids, NSP.feature,
                         NOT_NEXT if is_random_next else IS_NEXT, max_seq_length, masked,
                         max_predictions_per_seq)
 
@@ -244,3 +251,9 @@ def _empty_stats(config: dict) -> dict:
     stats = {"instances": 0, "random_next": 0, "tokens": 0}
     stats.update(masking_stats(int(config.get("ngram_masking", 0))))
     return stats
+
+
+OBJECTIVE = registry.register(masked_lm_objective(
+    "bert_mlm_nsp", shard_examples, NSP,
+    paper="Devlin et al. 2019, BERT: Pre-training of Deep Bidirectional Transformers for "
+          "Language Understanding, §3.1 (masked LM, next-sentence prediction)"))

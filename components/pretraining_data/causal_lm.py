@@ -9,6 +9,13 @@ Scale-out: the stream is built per shard (documents hashed into shards, each sha
 documents sorted by content hash, see ``executor.py``), so the output is the same however Beam
 orders elements. The partial block left at the end of each shard is dropped and counted
 (``dropped_tail_tokens``): at most ``max_seq_length`` tokens per shard.
+
+Registry record (``OBJECTIVE``): a document is one token stream (``registry.STREAM``); the
+vocabulary state is the end-of-text id, recorded as ``end_of_text_id`` in
+``pretraining_config.json``; records are ``input_ids[L+1]``; the tf.data converter gives
+x = ``{"token_ids", "padding_mask"}`` [B, L], y = the next ids [B, L] and sample_weight [B, L]
+(ones: packed blocks hold no padding); ``causal`` is true. The masked-LM option
+``ngram_masking`` is refused (``whole_word_masking`` / ``dynamic_masking`` have no effect).
 """
 
 from __future__ import annotations
@@ -16,6 +23,10 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 import tensorflow as tf
+
+from lmfactory.components.pretraining_data import registry
+
+OBJECTIVE_NAME = "causal_lm"
 
 
 class BlockPacker:
@@ -59,12 +70,74 @@ def to_tf_example(block: Sequence[int]) -> tf.train.Example:
     return tf.train.Example(features=tf.train.Features(feature={"input_ids": feature}))
 
 
-def shard_examples(documents: Sequence[Sequence[int]], config: dict,
-                   end_of_text_id: int) -> tuple:
-    """Serialized blocks of one shard (documents in canonical order) and their counts."""
+def shard_examples(documents: Sequence[Sequence[int]], end_of_text_id: int, config: dict,
+                   seed_scope: Iterable = ()) -> tuple:
+    """Serialized blocks of one shard (documents in canonical order) and their counts.
+
+    Packing draws nothing at random, so ``seed_scope`` (the registry's common signature) is
+    not used.
+    """
     packer = BlockPacker(int(config["max_seq_length"]) + 1, end_of_text_id)
     serialized = [to_tf_example(block).SerializeToString(deterministic=True)
                   for document in documents for block in packer.add(document)]
     stats = {"blocks": len(serialized), "tokens": packer.tokens,
              "dropped_tail_tokens": packer.dropped_tail_tokens}
     return serialized, stats
+
+
+# --------------------------------------------------------------------------- registry record
+
+
+def end_of_text_id(tokenizer, tokenizer_config: dict) -> int:
+    """The document delimiter: the ``end_of_text`` special token (GPT-2), else ``sep``."""
+    special_tokens = tokenizer_config.get("special_tokens", {})
+    token = special_tokens.get("end_of_text") or special_tokens.get("sep")
+    if token is None:
+        raise ValueError(f"{OBJECTIVE_NAME} needs an 'end_of_text' (or 'sep') special token")
+    return int(tokenizer.token_to_id(token))
+
+
+def check_config(config: dict) -> None:
+    """Next-token blocks have no masked-LM targets, so n-gram masking cannot apply."""
+    if config["ngram_masking"] > 0:
+        raise ValueError(f"ngram_masking applies to the masked-LM objectives, not "
+                         f"{OBJECTIVE_NAME!r}; set it to 0")
+
+
+def feature_spec(config: dict) -> dict:
+    """``input_ids[L+1]``: a block the model reads as ``[:-1]`` and predicts as ``[1:]``."""
+    return {"input_ids": tf.io.FixedLenFeature([int(config["max_seq_length"]) + 1], tf.int64)}
+
+
+def converter(config: dict):
+    """The same converter for every config: blocks have one layout."""
+    return causal_lm_batch
+
+
+def causal_lm_batch(features: dict):
+    """Block of L+1 ids -> model reads ``[:-1]`` and predicts ``[1:]`` (GPT-2 §2)."""
+    ids = tf.cast(features["input_ids"], tf.int32)
+    token_ids, next_ids = ids[:, :-1], ids[:, 1:]
+    # Packed blocks hold no padding: every position is a real token.
+    padding_mask = tf.ones_like(token_ids, dtype=tf.bool)
+    x = {"token_ids": token_ids, "padding_mask": padding_mask}
+    return x, next_ids, tf.cast(padding_mask, tf.float32)
+
+
+def vocabulary_record(end_of_text: int) -> dict:
+    """What ``pretraining_config.json`` records: ``end_of_text_id``."""
+    return {"end_of_text_id": end_of_text}
+
+
+OBJECTIVE = registry.register(registry.Objective(
+    name=OBJECTIVE_NAME,
+    document=registry.STREAM,
+    vocabulary_state=end_of_text_id,
+    shard_examples=shard_examples,
+    feature_spec=feature_spec,
+    converter=converter,
+    causal=True,
+    check_config=check_config,
+    vocabulary_record=vocabulary_record,
+    paper="Radford et al. 2019, Language Models are Unsupervised Multitask Learners (GPT-2), "
+          "§2 and §2.2 (byte-level BPE stream, <|endoftext|> between documents)"))

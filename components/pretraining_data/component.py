@@ -1,8 +1,10 @@
 """PretrainingExampleGen: corpus Examples + Vocabulary -> pretraining Examples (CONTRACTS §3).
 
-A thin TFX component; the work is in :mod:`executor` (Beam), :mod:`bert_mlm_nsp`,
-:mod:`albert_mlm_sop`, :mod:`full_sentences` (``mlm``), :mod:`masking` and :mod:`causal_lm`. Parameters are the keys of ``features.DEFAULT_CONFIG`` (booleans travel as
-0/1 ints, the way TFX stores execution properties).
+A thin TFX component; the work is in :mod:`executor` (Beam) and the objectives registered in
+:mod:`objectives` (:mod:`bert_mlm_nsp`, :mod:`albert_mlm_sop`, :mod:`full_sentences` for
+``mlm``, :mod:`causal_lm`; :mod:`masking` and :mod:`mlm_objective` shared by the masked-LM
+ones). Parameters are the keys of ``features.DEFAULT_CONFIG`` (``features.BOOL_KEYS`` travel
+as 0/1 ints, the way TFX stores execution properties).
 """
 
 from __future__ import annotations
@@ -14,21 +16,20 @@ from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
 from lmfactory.components.artifacts import Vocabulary
 from lmfactory.components.pretraining_data import executor
-from lmfactory.components.pretraining_data.features import DEFAULT_CONFIG, resolve_config
-
-_INT_BOOL_KEYS = ("whole_word_masking", "dynamic_masking", "reference_nsp_sampling")
+from lmfactory.components.pretraining_data.features import (
+    BOOL_KEYS, DEFAULT_CONFIG, resolve_config)
 
 
 def _parameter_type(key: str):
     value = DEFAULT_CONFIG[key]
-    if key in _INT_BOOL_KEYS:
+    if key in BOOL_KEYS:
         return int
     return type(value)
 
 
 def _as_property(key: str, value):
     """bool -> 0/1 for the flag keys, int -> float for the rate keys; others unchanged."""
-    if key in _INT_BOOL_KEYS and isinstance(value, bool):
+    if key in BOOL_KEYS and isinstance(value, bool):
         return int(value)
     if isinstance(DEFAULT_CONFIG.get(key), float) and isinstance(value, int):
         return float(value)
@@ -51,7 +52,7 @@ class PretrainingExampleGenSpec(types.ComponentSpec):
 
 class PretrainingExampleGen(base_component.BaseComponent):
     """Turns a text corpus into BERT MLM+NSP, ALBERT MLM+SOP, RoBERTa FULL-SENTENCES MLM or
-    GPT-2 causal-LM training records (``objective``, one of ``features.OBJECTIVES``).
+    GPT-2 causal-LM training records (``objective``, one of ``objectives.names()``).
 
     Example::
 

@@ -6,9 +6,14 @@ Per split::
       -> document key = SHA-256 of the text      (stable, content-based)
       -> tokenize batches of documents           (beam.BatchElements + load_tokenizer, §2)
       -> shard = key mod num_shards; GroupByKey  (num_shards: fixed or ceil(docs / per_shard))
-      -> per shard: sort documents by key, build instances (bert_mlm_nsp.py,
+      -> per shard: sort documents by key, build the objective's records
+         (``objectives.get(objective).shard_examples``: bert_mlm_nsp.py,
          albert_mlm_sop.py, full_sentences.py for ``mlm``, causal_lm.py)
          and write Split-<name>/data_tfrecord-<shard>-of-<num_shards>.gz
+
+The objective's registry record (``registry.Objective``) decides how documents are tokenized
+(a list of sentences or one token stream), the vocabulary state its builder needs and what
+``pretraining_config.json`` records about the vocabulary; nothing here names an objective.
 
 Each shard's file is a pure function of (documents in the shard, config, seed), so a re-run
 with the same seed gives byte-identical files whatever the runner's element order, and a
@@ -33,11 +38,9 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 from tfx.components.util import examples_utils
 
-from lmfactory.components.pretraining_data import (
-    albert_mlm_sop, bert_mlm_nsp, causal_lm, full_sentences)
+from lmfactory.components.pretraining_data import objectives
 from lmfactory.components.pretraining_data.features import (
-    CONFIG_FILE, DEFAULT_CONFIG, MLM_OBJECTIVES, VOCABULARY_DIR, resolve_config)
-from lmfactory.components.pretraining_data.masking import BertVocabulary
+    BOOL_KEYS, CONFIG_FILE, DEFAULT_CONFIG, VOCABULARY_DIR, resolve_config)
 from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
 
 EXAMPLES_KEY = "examples"
@@ -45,10 +48,6 @@ VOCABULARY_KEY = "vocabulary"
 PRETRAINING_EXAMPLES_KEY = "pretraining_examples"
 DATA_FILE_PREFIX = "data_tfrecord"
 _STATS_DIR = "_pretraining_stats_tmp"
-_BOOL_KEYS = ("whole_word_masking", "dynamic_masking", "reference_nsp_sampling")
-# Masked-LM objective -> module with ``shard_examples(documents, vocab, config, seed_scope)``.
-_MLM_BUILDERS = {"bert_mlm_nsp": bert_mlm_nsp, "albert_mlm_sop": albert_mlm_sop,
-                 "mlm": full_sentences}
 
 
 # --------------------------------------------------------------------------- documents
@@ -95,15 +94,19 @@ def document_sentences(text: bytes) -> list:
 class _TokenizeDocuments(beam.DoFn):
     """Tokenizes a batch of ``(key, text)`` documents with one tokenizer call.
 
-    MLM objectives: a document becomes a list of sentences (token-id arrays); causal_lm: one
-    token-id array of the whole text (newlines are part of a byte-level BPE stream).
+    In the objective's ``document`` format (``registry.DOCUMENT_FORMATS``): ``SENTENCES``, a
+    document becomes a list of sentences (token-id arrays); ``STREAM``, one token-id array of
+    the whole text (newlines are part of a byte-level BPE stream).
     """
 
     def __init__(self, vocab_dir: str, objective: str):
         self._vocab_dir = vocab_dir
-        self._objective = objective
+        self._objective_name = objective
 
     def setup(self):
+        document_format = objectives.get(self._objective_name).document
+        self._documents = {objectives.SENTENCES: self._sentence_lists,
+                           objectives.STREAM: self._streams}[document_format]
         tokenizer = load_tokenizer(self._vocab_dir)
         # In a tf.function the keras-nlp tokenizer returns a RaggedTensor (eagerly it would
         # convert to Python lists); one trace serves every batch size.
@@ -119,10 +122,13 @@ class _TokenizeDocuments(beam.DoFn):
                 for i in range(len(texts))]
 
     def process(self, batch):
-        if self._objective == "causal_lm":
-            for (key, _), ids in zip(batch, self._token_arrays([t for _, t in batch])):
-                yield key, ids
-            return
+        yield from self._documents(batch)
+
+    def _streams(self, batch):
+        for (key, _), ids in zip(batch, self._token_arrays([t for _, t in batch])):
+            yield key, ids
+
+    def _sentence_lists(self, batch):
         sentences = [document_sentences(text) for _, text in batch]
         flat = self._token_arrays([s for doc in sentences for s in doc])
         start = 0
@@ -146,58 +152,22 @@ class _WriteShard(beam.DoFn):
         self._output_dir = output_dir
 
     def setup(self):
-        tokenizer = load_tokenizer(self._vocab_dir)
-        if self._config["objective"] in MLM_OBJECTIVES:
-            self._vocab = masking_vocabulary(tokenizer, read_tokenizer_config(self._vocab_dir),
-                                             self._config["objective"])
-        else:
-            specials = read_tokenizer_config(self._vocab_dir).get("special_tokens", {})
-            self._end_of_text_id = end_of_text_id(tokenizer, specials)
+        self._objective = objectives.get(self._config["objective"])
+        self._vocabulary_state = self._objective.vocabulary_state(
+            load_tokenizer(self._vocab_dir), read_tokenizer_config(self._vocab_dir))
 
     def process(self, shard_and_documents, num_shards):
         shard, keyed_documents = shard_and_documents
         ordered = sorted(keyed_documents, key=lambda kv: kv[0])
         documents = [doc for _, doc in ordered]
-        objective = self._config["objective"]
-        if objective in MLM_OBJECTIVES:
-            seed_scope = (self._config["random_seed"], self._split, shard)
-            records, stats = _MLM_BUILDERS[objective].shard_examples(
-                documents, self._vocab, self._config, seed_scope)
-        else:
-            records, stats = causal_lm.shard_examples(documents, self._config,
-                                                      self._end_of_text_id)
+        seed_scope = (self._config["random_seed"], self._split, shard)
+        records, stats = self._objective.shard_examples(
+            documents, self._vocabulary_state, self._config, seed_scope)
         stats.update(documents=len(documents), shards=1)
         if records:
             _write_records(os.path.join(self._output_dir, shard_file_name(shard, num_shards)),
                            records)
         yield stats
-
-
-def vocabulary_tokens(tokenizer) -> list:
-    """The tokenizer's vocabulary as a list indexed by id (a BPE vocabulary is a dict whose
-    key order need not be the id order)."""
-    vocabulary = getattr(tokenizer, "vocabulary", None)
-    if isinstance(vocabulary, dict):
-        tokens = [None] * (max(vocabulary.values()) + 1)
-        for token, index in vocabulary.items():
-            tokens[index] = token
-        return ["" if token is None else token for token in tokens]
-    return list(tokenizer.get_vocabulary())
-
-
-def masking_vocabulary(tokenizer, tokenizer_config: dict, objective: str) -> BertVocabulary:
-    """Masking ids of the vocabulary, with the word-boundary rule of its ``kind`` (§2)."""
-    return BertVocabulary.from_tokens(vocabulary_tokens(tokenizer),
-                                      tokenizer_config.get("special_tokens", {}),
-                                      kind=tokenizer_config["kind"], objective=objective)
-
-
-def end_of_text_id(tokenizer, special_tokens: dict) -> int:
-    """The document delimiter of causal_lm: ``end_of_text`` (GPT-2), else ``sep``."""
-    token = special_tokens.get("end_of_text") or special_tokens.get("sep")
-    if token is None:
-        raise ValueError("causal_lm needs an 'end_of_text' (or 'sep') special token")
-    return int(tokenizer.token_to_id(token))
 
 
 def _write_records(path: str, records: list) -> None:
@@ -281,7 +251,9 @@ def generate_pretraining_examples(input_uri_by_split: dict, vocab_dir: str, outp
 
 
 def describe_vocabulary(vocab_dir: str, objective: str) -> dict:
-    """Tokenizer facts the trainer needs (ids for dynamic masking, sizes); checks objective."""
+    """Tokenizer facts the trainer needs (ids for dynamic masking, sizes), plus what the
+    objective records (``Objective.vocabulary_record``); raises ``ValueError`` when the
+    vocabulary lacks a token the objective needs."""
     tokenizer = load_tokenizer(vocab_dir)
     tokenizer_config = read_tokenizer_config(vocab_dir)
     specials = tokenizer_config.get("special_tokens", {})
@@ -289,10 +261,9 @@ def describe_vocabulary(vocab_dir: str, objective: str) -> dict:
     described = {"tokenizer_kind": tokenizer_config["kind"],
                  "vocabulary_size": int(tokenizer.vocabulary_size()),
                  "special_token_ids": special_ids, "vocabulary_dir": VOCABULARY_DIR}
-    if objective in MLM_OBJECTIVES:
-        masking_vocabulary(tokenizer, tokenizer_config, objective)
-    else:
-        described["end_of_text_id"] = end_of_text_id(tokenizer, specials)
+    record = objectives.get(objective)
+    state = record.vocabulary_state(tokenizer, tokenizer_config)
+    described.update(record.vocabulary_record(state))
     return described
 
 
@@ -324,7 +295,7 @@ def config_from_exec_properties(exec_properties: dict) -> dict:
     """Execution properties -> generation config (0/1 ints become bools; unset -> default)."""
     config = {key: exec_properties[key] for key in DEFAULT_CONFIG
               if exec_properties.get(key) is not None}
-    for key in _BOOL_KEYS:
+    for key in BOOL_KEYS:
         if key in config:
             config[key] = bool(config[key])
     return resolve_config(config)

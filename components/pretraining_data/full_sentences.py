@@ -29,6 +29,9 @@ shards (see ``executor.py``) and sorts each shard's documents by content hash, s
 document boundaries between documents that are neighbours in that canonical order, not in the
 source corpus order (which a distributed read does not preserve anyway). Whole sentences never
 cross shards.
+
+Registered as objective ``mlm`` (``OBJECTIVE``, built by ``mlm_objective.masked_lm_objective``
+with no sentence-level task: one-segment records, ``segment_ids`` all zeros in tf.data).
 """
 
 from __future__ import annotations
@@ -37,10 +40,12 @@ from typing import Iterable, NamedTuple, Sequence
 
 import tensorflow as tf
 
+from lmfactory.components.pretraining_data import registry
 from lmfactory.components.pretraining_data.bert_mlm_nsp import seeded_rng
 from lmfactory.components.pretraining_data.masking import (
     BertVocabulary, MaskedLmPredictions, count_masking, create_masked_lm_predictions,
     int_feature, masked_lm_features, masking_stats, padded)
+from lmfactory.components.pretraining_data.mlm_objective import masked_lm_objective
 
 
 class PackedBlocks(NamedTuple):
@@ -131,3 +136,9 @@ def shard_examples(documents: Sequence, vocab: BertVocabulary, config: dict,
             serialized.append(example.SerializeToString(deterministic=True))
     seeded_rng(*seed_scope, "shuffle").shuffle(serialized)
     return serialized, stats
+
+
+OBJECTIVE = registry.register(masked_lm_objective(
+    "mlm", shard_examples, None,
+    paper="Liu et al. 2019, RoBERTa: A Robustly Optimized BERT Pretraining Approach, §4.1 "
+          "(dynamic masking), §4.2 (FULL-SENTENCES, no NSP)"))

@@ -1,0 +1,126 @@
+"""The pretraining-objective registry: one `Objective` record per CONTRACTS §3 ``objective``.
+
+Each objective's own module (``bert_mlm_nsp.py``, ``albert_mlm_sop.py``, ``full_sentences.py``
+for ``mlm``, ``causal_lm.py``) builds its record and calls :func:`register` when imported;
+``objectives.py`` imports those modules (the one place that lists them) and re-exports this
+interface. The Beam pipeline (``executor.py``), the config checks and the tf.data reader
+(``features.py``) ask the record what to do, so a new objective is a new module plus one
+import line, not edits across the folder.
+
+This module imports nothing from the package, so every objective module can import it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable, Iterator
+
+# How `executor._TokenizeDocuments` turns a corpus document (CONTRACTS §1: sentences joined by
+# "\n") into what ``shard_examples`` receives:
+# SENTENCES: a list of token-id arrays, one per non-blank line (blank lines and sentences that
+#   tokenize to nothing are dropped; a document left with none is dropped);
+# STREAM: one token-id array of the whole text, newlines included (e.g. a byte-level BPE
+#   stream, GPT-2 §2.2).
+SENTENCES = "sentences"
+STREAM = "stream"
+DOCUMENT_FORMATS = (SENTENCES, STREAM)
+
+
+def _no_checks(config: dict) -> None:
+    """An objective with no checks of its own beyond ``features.resolve_config``'s."""
+
+
+def _records_nothing(vocabulary_state) -> dict:
+    """An objective that adds nothing to ``pretraining_config.json``."""
+    return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """What the pipeline needs to know about one pretraining objective.
+
+    Attributes:
+        name: registry key, the ``objective`` of the generation config (CONTRACTS §3).
+        document: how a corpus document is tokenized for it, one of ``DOCUMENT_FORMATS``
+            (``SENTENCES``: a list of token-id sentences; ``STREAM``: one token-id array).
+        vocabulary_state: ``fn(tokenizer, tokenizer_config) -> state``: what building
+            examples needs from the vocabulary (e.g. the masking ids, the end-of-text id),
+            built once per Beam worker in ``executor._WriteShard.setup``; raises
+            ``ValueError`` when the vocabulary lacks a token the objective needs
+            (``executor.describe_vocabulary`` calls it before the pipeline runs, to fail early).
+        shard_examples: ``fn(documents, state, config, seed_scope) -> (records, stats)``:
+            the serialized ``tf.train.Example`` records of one shard and their counts.
+            ``documents`` are in canonical order (sorted by content hash), each in the
+            ``document`` format; ``seed_scope`` is ``(random_seed, split, shard)``: the output
+            must be a function of these arguments alone (byte-identical re-runs).
+        feature_spec: ``fn(config) -> dict``, the ``tf.io.parse_example`` spec of its records.
+        converter: ``fn(config) -> fn(parsed) -> (x, y, sample_weight)``: turns a batch of
+            parsed records into what the Keras task model trains on (CONTRACTS §3).
+        causal: True when the targets are left-to-right next tokens: the trained model
+            generates text and is evaluated by perplexity.
+        check_config: ``fn(config) -> None``, the objective's own checks of a resolved config
+            (run after the shared ones); raises ``ValueError``.
+        vocabulary_record: ``fn(state) -> dict``, entries that
+            ``executor.describe_vocabulary`` adds to ``pretraining_config.json`` (e.g.
+            ``end_of_text_id``).
+        paper: citation of the paper the objective follows.
+    """
+
+    name: str
+    document: str
+    vocabulary_state: Callable[[Any, dict], Any]
+    shard_examples: Callable[..., tuple]
+    feature_spec: Callable[[dict], dict]
+    converter: Callable[[dict], Callable]
+    causal: bool = False
+    check_config: Callable[[dict], None] = _no_checks
+    vocabulary_record: Callable[[Any], dict] = _records_nothing
+    paper: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"An objective needs a non-empty name, got {self.name!r}")
+        if self.document not in DOCUMENT_FORMATS:
+            raise ValueError(f"Objective {self.name!r}: document must be one of "
+                             f"{DOCUMENT_FORMATS}, got {self.document!r}")
+
+
+_REGISTRY: dict[str, Objective] = {}
+
+
+def register(objective: Objective) -> Objective:
+    """Adds ``objective`` under its name; re-registering the same record is a no-op."""
+    existing = _REGISTRY.get(objective.name)
+    if existing is not None and existing != objective:
+        raise ValueError(f"Pretraining objective {objective.name!r} is already registered")
+    _REGISTRY[objective.name] = objective
+    return objective
+
+
+def unregister(name: str) -> None:
+    """Removes the objective ``name`` (e.g. one a test registered); unknown names raise."""
+    get(name)
+    del _REGISTRY[name]
+
+
+@contextlib.contextmanager
+def registered(objective: Objective) -> Iterator[Objective]:
+    """Registers ``objective`` for the duration of a ``with`` block (tests, experiments)."""
+    register(objective)
+    try:
+        yield objective
+    finally:
+        unregister(objective.name)
+
+
+def get(name: str) -> Objective:
+    if name not in _REGISTRY:
+        raise ValueError(f"Unknown pretraining objective {name!r}: objective must be one of "
+                         f"{names()}")
+    return _REGISTRY[name]
+
+
+def names() -> tuple:
+    """The registered objectives, sorted."""
+    return tuple(sorted(_REGISTRY))
