@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from lmfactory.components.evaluator import metrics as metric_lib
 from lmfactory.components.pretraining_data import features as pretraining_features
+from lmfactory.components.pretraining_data import objectives
 from lmfactory.components.tasks import registry
 
 LANGUAGE_MODEL = registry.register(registry.TaskKind(
@@ -32,9 +33,10 @@ ENCODER = registry.register(registry.TaskKind(
     name="encoder", module=__name__, metrics=(), official_metrics=(), in_recipes=False))
 
 
-def is_causal(objective: str) -> bool:
-    """Whether records of ``objective`` train left-to-right next-token prediction."""
-    return objective == "causal_lm"
+def is_causal(objective: str | None) -> bool:
+    """Whether records of ``objective`` train left-to-right next-token prediction (the
+    objective registry's ``causal``); False for a model without an objective."""
+    return bool(objective) and objectives.get(objective).causal
 
 
 def task_record(kind, finetuning: dict, source: dict) -> None:

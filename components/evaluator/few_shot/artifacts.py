@@ -24,8 +24,15 @@ def _artifact_id(path: str) -> int:
 def _is_causal_lm(model_dir: str) -> bool:
     from lmfactory.components.trainer.model_artifact import read_model_config
 
-    task = read_model_config(model_dir).get("task") or {}
-    return task.get("objective") == "causal_lm"
+    return trains_causal_lm(read_model_config(model_dir).get("task") or {})
+
+
+def trains_causal_lm(task: dict) -> bool:
+    """Whether a task record is a language model trained on a causal objective."""
+    from lmfactory.components.pretraining_data import objectives
+
+    objective = task.get("objective")
+    return bool(objective) and objectives.get(objective).causal
 
 
 def _file_digest(path: str) -> str:
@@ -105,7 +112,7 @@ def load_causal_lm(path: str) -> LoadedModel:
     artifact = resolve_model_artifact(path)
     model_config = read_model_config(artifact)
     task = model_config.get("task") or {}
-    if task.get("objective") != "causal_lm":
+    if not trains_causal_lm(task):
         raise FewShotError(
             f"{artifact} holds a {task.get('kind', 'unknown')} model "
             f"({task.get('objective') or task.get('name') or 'no objective'}); few-shot "
