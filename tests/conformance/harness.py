@@ -59,6 +59,12 @@ NUM_LABELS = 5
 NUM_CHOICES = 2
 TRAIN_STEPS = 5
 LEARNING_RATE = 1e-2
+# The training checks run the train steps eagerly: the same `train_step` / `compute_loss`
+# code and the same losses as in a `tf.function` (checked when this was written), at a
+# third of the time, since tracing a train function costs more than five tiny steps. The
+# graph and XLA paths of training are the trainer's tests' business; the export check
+# traces every backbone in a `tf.function`.
+RUN_EAGERLY = True
 EXPORT_ATOL = 1e-5
 INVARIANCE_ATOL = 1e-5
 
@@ -439,10 +445,11 @@ def check_loss_decreases(model, x, y, sample_weight=None, what="task model"):
     """Compiles ``model`` with Adam (a loss only where it does not compute its own) and
     checks that `TRAIN_STEPS` steps on the one fixed batch lower its loss."""
     if computes_own_loss(model):
-        model.compile(optimizer=keras.optimizers.Adam(LEARNING_RATE))
+        model.compile(optimizer=keras.optimizers.Adam(LEARNING_RATE), run_eagerly=RUN_EAGERLY)
     else:
         model.compile(optimizer=keras.optimizers.Adam(LEARNING_RATE),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      run_eagerly=RUN_EAGERLY)
     before = _loss(model, x, y, sample_weight)
     batch = (x, y) if sample_weight is None else (x, y, sample_weight)
     dataset = tf.data.Dataset.from_tensors(batch).repeat(TRAIN_STEPS)
