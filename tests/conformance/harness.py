@@ -316,6 +316,11 @@ def check_padding_invariance(name, backbone=None):
         np.testing.assert_allclose(a["pooled_output"], b["pooled_output"], rtol=0,
                                    atol=INVARIANCE_ATOL,
                                    err_msg=f"{name}: padding changed pooled_output")
+    # Not vacuous: a real token's id does change the outputs.
+    changed["token_ids"][1, 2] = (changed["token_ids"][1, 2] + 1) % vocabulary
+    c = to_numpy(backbone(changed, training=False))
+    assert not np.allclose(a["sequence_output"][1, 2], c["sequence_output"][1, 2],
+                           atol=1e-6), f"{name}: outputs do not depend on the token ids"
 
 
 # --------------------------------------------------------------------------- 3. causal
