@@ -21,7 +21,7 @@ Checks (``ALL_CHECKS`` names them, `run_all_checks` runs them in order):
 * ``forward``: builds; ``sequence_output`` [B, T, hidden] float (``pooled_output``
   [B, hidden] where present); a shorter sequence works too.
 * ``padding``: outputs at real positions ignore the ids (and segment ids) of padded
-  positions.
+  positions, right or left padded; encoders see later tokens.
 * ``causal``: decoders: changing token t leaves positions < t unchanged (and changes t).
 * ``config``: ``from_config(get_config())`` gives the same config and, with the weights
   copied, identical outputs; the config is JSON.
@@ -293,34 +293,47 @@ def check_forward(name, backbone=None):
 
 def check_padding_invariance(name, backbone=None):
     """Changing the ids (and segment ids) of padded positions leaves the outputs at real
-    positions (and the pooled output) unchanged."""
+    positions unchanged, with the padding on the right and on the left of the rows (and
+    the pooled output, with right padding). Not vacuous: a real token's id does change the outputs, and in an
+    encoder a later token changes the first position's output (it is bidirectional)."""
     _require_transformer_family(name)
     backbone = backbone if backbone is not None else build_tiny(name)
     names = input_names(backbone)
     assert "padding_mask" in names, f"{name}: backbone has no padding_mask input"
+    vocabulary = config_value(backbone, "vocabulary_size")
+    for side in ("right", "left"):
+        inputs = backbone_inputs(backbone)
+        if side == "left":
+            inputs = {key: value[:, ::-1].copy() for key, value in inputs.items()}
+        changed = {key: value.copy() for key, value in inputs.items()}
+        padded = inputs["padding_mask"] == 0
+        assert padded.any()
+        changed["token_ids"][padded] = vocabulary - 1
+        if "segment_ids" in changed:
+            changed["segment_ids"][padded] = 1
+        a = to_numpy(backbone(inputs, training=False))
+        b = to_numpy(backbone(changed, training=False))
+        real = ~padded
+        np.testing.assert_allclose(
+            a["sequence_output"][real], b["sequence_output"][real], rtol=0,
+            atol=INVARIANCE_ATOL,
+            err_msg=f"{name}: padding changed real positions ({side} padding)")
+        # A pooler reads position 0 ([CLS]), which left padding makes a padded position.
+        if "pooled_output" in a and side == "right":
+            np.testing.assert_allclose(
+                a["pooled_output"], b["pooled_output"], rtol=0, atol=INVARIANCE_ATOL,
+                err_msg=f"{name}: padding changed pooled_output ({side} padding)")
+    # Row 0 has no padding: change its last token.
     inputs = backbone_inputs(backbone)
     changed = {key: value.copy() for key, value in inputs.items()}
-    padded = inputs["padding_mask"] == 0
-    assert padded.any()
-    vocabulary = config_value(backbone, "vocabulary_size")
-    changed["token_ids"][padded] = vocabulary - 1
-    if "segment_ids" in changed:
-        changed["segment_ids"][padded] = 1
-    a = to_numpy(backbone(inputs, training=False))
-    b = to_numpy(backbone(changed, training=False))
-    real = ~padded
-    np.testing.assert_allclose(a["sequence_output"][real], b["sequence_output"][real],
-                               rtol=0, atol=INVARIANCE_ATOL,
-                               err_msg=f"{name}: padding changed real positions")
-    if "pooled_output" in a:
-        np.testing.assert_allclose(a["pooled_output"], b["pooled_output"], rtol=0,
-                                   atol=INVARIANCE_ATOL,
-                                   err_msg=f"{name}: padding changed pooled_output")
-    # Not vacuous: a real token's id does change the outputs.
-    changed["token_ids"][1, 2] = (changed["token_ids"][1, 2] + 1) % vocabulary
-    c = to_numpy(backbone(changed, training=False))
-    assert not np.allclose(a["sequence_output"][1, 2], c["sequence_output"][1, 2],
-                           atol=1e-6), f"{name}: outputs do not depend on the token ids"
+    changed["token_ids"][0, -1] = (changed["token_ids"][0, -1] + 1) % vocabulary
+    a = to_numpy(backbone(inputs, training=False))["sequence_output"]
+    c = to_numpy(backbone(changed, training=False))["sequence_output"]
+    assert not np.allclose(a[0, -1], c[0, -1], atol=1e-6), (
+        f"{name}: outputs do not depend on the token ids")
+    if _family(name) == "encoder":
+        assert not np.allclose(a[0, 0], c[0, 0], atol=1e-6), (
+            f"{name}: an encoder's first position does not see a later token")
 
 
 # --------------------------------------------------------------------------- 3. causal
