@@ -16,7 +16,7 @@ positions), overriding only the constructor arguments the preset itself sets and
 ``conformance_overrides`` (a dict, or a function of the derived overrides returning a dict)
 when a derived size breaks one of its own invariants; no shipped architecture needs it.
 
-Checks (``ALL_CHECKS`` names them, `run_all_checks` runs them in order):
+Checks (`run_all_checks` runs them all; ``test_conformance.py`` runs each as its own test):
 
 * ``forward``: builds; ``sequence_output`` [B, T, hidden] float (``pooled_output``
   [B, hidden] where present); a shorter sequence works too.
@@ -89,9 +89,6 @@ HEAD_ARGUMENTS = {
     "multiple_choice": {"num_choices": NUM_CHOICES},
     "causal_lm": {},
 }
-
-ALL_CHECKS = ("forward", "padding", "causal", "config", "checkpoint", "pretraining",
-              "export", "generation", "heads")
 
 
 # --------------------------------------------------------------------------- sizes
@@ -407,7 +404,7 @@ def check_checkpoint_round_trip(name, tmp_path, backbone=None):
 # --------------------------------------------------------------------------- 6. training
 
 
-def pretraining_batch(objective, names, vocabulary_size, seed=0):
+def pretraining_batch(objective, vocabulary_size, seed=0):
     """A synthetic ``(x, y, sample_weight)`` batch in the format `make_dataset` yields for
     ``objective`` (components/pretraining_data/features.py): ids int32, padding_mask bool,
     weights float32."""
@@ -507,7 +504,7 @@ def build_with_teacher(name, make_student, make_teacher):
 def _teacher_pretrainer(candidate):
     """The task model of ``candidate``'s first objective that needs no teacher itself."""
     arch = models.get(candidate)
-    for objective, cls in arch.pretrainers.items():
+    for cls in arch.pretrainers.values():
         if not getattr(cls, "needs_teacher", False):
             return cls(build_tiny(candidate, seed=SEED + 1))
     return None
@@ -555,8 +552,8 @@ def check_pretraining_objective(name, objective):
     architecture's task model for it (on a fresh tiny backbone)."""
     backbone = build_tiny(name)
     model = build_pretrainer(name, objective, backbone)
-    x, y, sample_weight = pretraining_batch(
-        objective, input_names(backbone), config_value(backbone, "vocabulary_size"))
+    x, y, sample_weight = pretraining_batch(objective,
+                                            config_value(backbone, "vocabulary_size"))
     return check_loss_decreases(model, x, y, sample_weight, what=f"{name} {objective}")
 
 
@@ -742,5 +739,10 @@ def run_all_checks(name, tmp_path):
     run_task_checks(name, backbone)
 
 
-__all__ = [name for name in dir() if name.startswith(("check_", "run_"))] + [
-    "ALL_CHECKS", "build_tiny", "make_inputs", "smallest_preset", "tiny_overrides"]
+__all__ = [
+    "build_tiny", "check_causal_mask", "check_checkpoint_round_trip",
+    "check_classification_training", "check_config_round_trip", "check_export",
+    "check_forward", "check_generation", "check_head", "check_heads", "check_padding_invariance",
+    "check_pretraining", "check_pretraining_objective", "make_inputs", "run_all_checks",
+    "run_backbone_checks", "run_task_checks", "smallest_preset", "tiny_overrides",
+]
