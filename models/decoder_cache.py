@@ -19,7 +19,7 @@ a call at ``index`` reads the keys/values of positions < ``index`` and overwrite
 
 A backbone implements the protocol with the helpers below:
 
-* ``initial_state(batch_size, max_length)``: a zero cache (`initial_state`);
+* ``initial_state(batch_size, max_length)``: a zero cache (this module's `initial_state`);
 * ``call_with_state(token_ids, state, index) -> (hidden, state)``: embeds the tokens at
   positions ``index, ...`` and runs them through the blocks (`call_blocks_with_state`).
 """
