@@ -3,6 +3,7 @@ Transformers for Language Understanding")."""
 
 import keras
 
+from lmfactory.models.backbone import Backbone, check_head_split
 from lmfactory.models.encoder_utils import (add_segment_embeddings, embed_with_segments,
                                             encoder_states, post_ln_encoder_blocks,
                                             require_inputs)
@@ -13,8 +14,7 @@ def bert_kernel_initializer(stddev=0.02):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class BertBackbone(keras.Model):
+class BertBackbone(Backbone):
     """The bidirectional Transformer encoder of BERT, without a task head.
 
     §3 "Model Architecture": a multi-layer bidirectional Transformer encoder (Vaswani et al.
@@ -59,9 +59,7 @@ class BertBackbone(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        if hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                             f"({num_heads})")
+        check_head_split(hidden_dim, num_heads)
         # === Layers ===
         # §3 Figure 2: `embeddings` (token + position), `segment_embedding`, their sum,
         # LayerNorm and dropout. The MLM head ties its output projection to
@@ -110,20 +108,10 @@ class BertBackbone(keras.Model):
                 "segment_ids": segment_id_input,
             },
             outputs={"sequence_output": sequence_output, "pooled_output": pooled_output},
+            dtype=dtype,
+            arguments=locals(),
             **kwargs,
         )
-        if dtype is not None:
-            self.dtype_policy = keras.dtype_policies.get(dtype)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.num_segments = num_segments
 
     def call_with_states(self, inputs, training=False):
         """The forward pass, also returning every layer's hidden states and attention maps.
@@ -153,22 +141,3 @@ class BertBackbone(keras.Model):
         states = encoder_states(self.transformer_layers, x, padding_mask, training=training)
         states["pooled_output"] = self.pooler_dense(states["sequence_output"][:, 0, :])
         return states
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "num_segments": self.num_segments,
-            "dtype": self.dtype_policy.name,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

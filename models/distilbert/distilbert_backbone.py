@@ -4,6 +4,7 @@ smaller, faster, cheaper and lighter", arXiv:1910.01108)."""
 import keras
 import keras_nlp
 
+from lmfactory.models.backbone import Backbone, check_head_split
 from lmfactory.models.encoder_utils import (add_embeddings_normalization, encoder_states,
                                             normalize_embeddings, post_ln_encoder_blocks,
                                             require_inputs)
@@ -17,8 +18,7 @@ def distilbert_kernel_initializer(stddev=0.02):
     return keras.initializers.RandomNormal(stddev=stddev)
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class DistilBertBackbone(keras.Model):
+class DistilBertBackbone(Backbone):
     """The DistilBERT encoder: BERT's Transformer with half the layers, no token types and no
     pooler.
 
@@ -64,9 +64,7 @@ class DistilBertBackbone(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        if hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                             f"({num_heads})")
+        check_head_split(hidden_dim, num_heads)
         if sinusoidal_positions and hidden_dim % 2:
             raise ValueError(f"sinusoidal positions need an even hidden_dim, got {hidden_dim}")
         # === Layers ===
@@ -110,20 +108,10 @@ class DistilBertBackbone(keras.Model):
         super().__init__(
             inputs={"token_ids": token_id_input, "padding_mask": padding_mask_input},
             outputs={"sequence_output": x},
+            dtype=dtype,
+            arguments=locals(),
             **kwargs,
         )
-        if dtype is not None:
-            self.dtype_policy = keras.dtype_policies.get(dtype)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.sinusoidal_positions = sinusoidal_positions
 
     def _embed(self, token_ids, training=None):
         tokens = self.token_embedding(token_ids)
@@ -153,22 +141,3 @@ class DistilBertBackbone(keras.Model):
         padding_mask = keras.ops.convert_to_tensor(inputs["padding_mask"], dtype="int32")
         x = self._embed(token_ids, training=training)
         return encoder_states(self.transformer_layers, x, padding_mask, training=training)
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "sinusoidal_positions": self.sinusoidal_positions,
-            "dtype": self.dtype_policy.name,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

@@ -1,12 +1,15 @@
 """GPT-2 decoder network (Radford et al. 2019, "Language Models are Unsupervised
 Multitask Learners")."""
 
-import math
-
 import keras
-import keras_nlp
 
 from lmfactory.models import decoder_cache
+from lmfactory.models.backbone import Backbone, check_head_split
+from lmfactory.models.decoder_utils import (DECODER_INPUTS, add_token_and_position_embeddings,
+                                            decoder_blocks, decoder_states,
+                                            embed_tokens_and_positions,
+                                            gpt_kernel_initializer, residual_projection_kernels,
+                                            scale_residual_projections)
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -15,8 +18,7 @@ def gelu_approximate(x):
     return keras.activations.gelu(x, approximate=True)
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class GPT2Backbone(keras.Model):
+class GPT2Backbone(Backbone):
     """The GPT-2 Transformer decoder, without the language-model output layer.
 
     GPT-1 (Radford et al. 2018) §3.1: a multi-layer Transformer decoder (masked
@@ -64,84 +66,48 @@ class GPT2Backbone(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        if hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                             f"({num_heads})")
+        check_head_split(hidden_dim, num_heads)
         # === Layers ===
-        self.embeddings = keras_nlp.layers.TokenAndPositionEmbedding(
+        add_token_and_position_embeddings(
+            self,
             vocabulary_size=vocabulary_size,
-            sequence_length=max_sequence_length,
-            embedding_dim=hidden_dim,
-            tie_weights=True,
-            embeddings_initializer=keras.initializers.RandomNormal(stddev=0.02),
+            max_sequence_length=max_sequence_length,
+            hidden_dim=hidden_dim,
+            dropout=dropout,
             dtype=dtype,
-            name="embeddings",
         )
-        self.token_embedding = self.embeddings.token_embedding
-        self.embeddings_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embeddings_dropout"
+        # §2.3: pre-LN blocks ...
+        self.transformer_layers = decoder_blocks(
+            num_layers,
+            intermediate_dim=intermediate_dim,
+            num_heads=num_heads,
+            dropout=dropout,
+            activation=gelu_approximate,
+            layer_norm_epsilon=layer_norm_epsilon,
+            kernel_initializer=gpt_kernel_initializer,
+            normalize_first=True,
+            dtype=dtype,
         )
-        self.transformer_layers = [
-            keras_nlp.layers.TransformerDecoder(
-                intermediate_dim=intermediate_dim,
-                num_heads=num_heads,
-                dropout=dropout,
-                activation=gelu_approximate,
-                layer_norm_epsilon=layer_norm_epsilon,
-                kernel_initializer=keras.initializers.RandomNormal(stddev=0.02),
-                normalize_first=True,
-                dtype=dtype,
-                name=f"transformer_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
+        # ... and a LayerNorm after the final block.
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=dtype, name="layer_norm"
         )
 
         # === Functional model ===
-        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        x = self.embeddings_dropout(self.embeddings(token_id_input))
-        for block in self.transformer_layers:
-            x = block(x, decoder_padding_mask=padding_mask_input)
-        sequence_output = self.layer_norm(x)
-        super().__init__(
-            inputs={"token_ids": token_id_input, "padding_mask": padding_mask_input},
-            outputs={"sequence_output": sequence_output},
-            **kwargs,
-        )
-        if dtype is not None:
-            self.dtype_policy = keras.dtype_policies.get(dtype)
+        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
+                  for name in DECODER_INPUTS}
+        x = embed_tokens_and_positions(self, inputs["token_ids"])
+        x = decoder_states(self.transformer_layers, x, inputs["padding_mask"])
+        outputs = {"sequence_output": self.layer_norm(x["sequence_output"])}
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
+                         **kwargs)
 
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.layer_norm_epsilon = layer_norm_epsilon
-
-        self._scale_residual_projections()
+        scale_residual_projections(self.transformer_layers)
 
     def residual_projection_kernels(self):
         """The kernels that write into the residual stream: per block, the attention output
         projection and the second MLP layer."""
-        kernels = []
-        for block in self.transformer_layers:
-            kernels.append(block._self_attention_layer._output_dense.kernel)
-            kernels.append(block._feedforward_output_dense.kernel)
-        return kernels
-
-    def _scale_residual_projections(self):
-        stddev = 0.02 / math.sqrt(2 * self.num_layers)
-        for kernel in self.residual_projection_kernels():
-            # A fresh initializer per kernel: an unseeded Keras initializer repeats its
-            # draw on every call.
-            initializer = keras.initializers.RandomNormal(stddev=stddev)
-            kernel.assign(initializer(kernel.shape, kernel.dtype))
+        return residual_projection_kernels(self.transformer_layers)
 
     def initial_cache(self, batch_size, max_length):
         """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
@@ -168,22 +134,3 @@ class GPT2Backbone(keras.Model):
         x, cache = decoder_cache.call_blocks_with_cache(self.transformer_layers, x, cache,
                                                         cache_update_index)
         return self.layer_norm(x), cache
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "dtype": self.dtype_policy.name,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
