@@ -11,6 +11,8 @@ created them, so seeded initial values do not move) or run them:
 * `decoder_blocks`: the stack of L Transformer decoder blocks (self-attention only),
   ``transformer_layer_{i}``;
 * `decoder_states`: the block loop of the functional graph and of `call_with_states`;
+* `decoder_graph`: the functional graph token ids -> embeddings -> blocks (-> final
+  LayerNorm), the inputs and outputs a decoder backbone hands to `Backbone`;
 * `scale_residual_projections`: GPT-2's initialisation of the layers that write into the
   residual stream (GPT-2 §2.3, kept by GPT-3 §2.1).
 """
@@ -106,6 +108,26 @@ def decoder_states(blocks, x, padding_mask, training=None, block_input=None) -> 
     return {"sequence_output": x, "hidden_states": hidden_states}
 
 
+def decoder_graph(model, *, embed=None, block_input=None, final_layer_norm=None):
+    """The functional graph of a decoder backbone ``model`` (its `transformer_layers`):
+    `DECODER_INPUTS` -> ``embed(token_ids)`` (default `embed_tokens_and_positions`) ->
+    the blocks (``block_input`` as in `decoder_states`) -> ``final_layer_norm`` if given
+    (GPT-2 §2.3's LayerNorm after the final block).
+
+    Returns (inputs, outputs): dicts of symbolic tensors; `sequence_output` [B, T, H]."""
+    inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
+              for name in DECODER_INPUTS}
+    if embed is None:
+        x = embed_tokens_and_positions(model, inputs["token_ids"])
+    else:
+        x = embed(inputs["token_ids"])
+    x = decoder_states(model.transformer_layers, x, inputs["padding_mask"],
+                       block_input=block_input)["sequence_output"]
+    if final_layer_norm is not None:
+        x = final_layer_norm(x)
+    return inputs, {"sequence_output": x}
+
+
 def residual_projection_kernels(blocks) -> list:
     """The kernels that write into the residual stream: per block, the attention output
     projection and the second MLP layer."""
@@ -129,6 +151,6 @@ def scale_residual_projections(blocks) -> None:
         kernel.assign(initializer(kernel.shape, kernel.dtype))
 
 
-__all__ = ["DECODER_INPUTS", "add_token_and_position_embeddings", "decoder_blocks", "decoder_states",
+__all__ = ["DECODER_INPUTS", "add_token_and_position_embeddings", "decoder_blocks", "decoder_graph", "decoder_states",
            "embed_tokens_and_positions", "gpt_kernel_initializer",
            "residual_projection_kernels", "scale_residual_projections"]

@@ -14,7 +14,8 @@ from lmfactory.models.albert.albert_common import (
 from lmfactory.models.albert.albert_feedforward_sublayer import AlbertFeedForwardSublayer
 from lmfactory.models.albert.albert_transformer_block import AlbertTransformerBlock
 from lmfactory.models.encoder_utils import (add_segment_embeddings, embed_with_segments,
-                                            encoder_states, require_inputs)
+                                            encoder_graph, encoder_states,
+                                            require_inputs)
 
 # §3.1 / Table 4: which parameters the L Transformer blocks share.
 SHARING_MODES = ("all-shared", "shared-attention", "shared-FFN", "not-shared")
@@ -127,11 +128,9 @@ class AlbertBackbone(Backbone):
         )
 
         # === Functional model ===
-        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
-                  for name in BACKBONE_INPUTS}
-        x = self._embed(inputs["token_ids"], inputs["segment_ids"])
-        for block in self.transformer_layers:
-            x = block(x, padding_mask=inputs["padding_mask"])
+        inputs, x = encoder_graph(
+            self, BACKBONE_INPUTS,
+            lambda inputs: self._embed(inputs["token_ids"], inputs["segment_ids"]))
         outputs = {"sequence_output": x, "pooled_output": self.pooler_dense(x[:, 0, :])}
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
                          **kwargs)

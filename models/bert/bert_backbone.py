@@ -5,8 +5,11 @@ import keras
 
 from lmfactory.models.backbone import Backbone, check_head_split
 from lmfactory.models.encoder_utils import (add_segment_embeddings, embed_with_segments,
-                                            encoder_states, post_ln_encoder_blocks,
+                                            encoder_graph, encoder_states,
+                                            post_ln_encoder_blocks,
                                             require_inputs)
+
+BERT_BACKBONE_INPUTS = ("token_ids", "padding_mask", "segment_ids")
 
 
 def bert_kernel_initializer(stddev=0.02):
@@ -91,27 +94,12 @@ class BertBackbone(Backbone):
         )
 
         # === Functional model ===
-        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        segment_id_input = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
-
-        x = embed_with_segments(self, token_id_input, segment_id_input)
-        for block in self.transformer_layers:
-            x = block(x, padding_mask=padding_mask_input)
-        sequence_output = x
-        pooled_output = self.pooler_dense(x[:, 0, :])
-
-        super().__init__(
-            inputs={
-                "token_ids": token_id_input,
-                "padding_mask": padding_mask_input,
-                "segment_ids": segment_id_input,
-            },
-            outputs={"sequence_output": sequence_output, "pooled_output": pooled_output},
-            dtype=dtype,
-            arguments=locals(),
-            **kwargs,
-        )
+        inputs, x = encoder_graph(
+            self, BERT_BACKBONE_INPUTS,
+            lambda inputs: embed_with_segments(self, inputs["token_ids"], inputs["segment_ids"]))
+        outputs = {"sequence_output": x, "pooled_output": self.pooler_dense(x[:, 0, :])}
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
+                         **kwargs)
 
     def call_with_states(self, inputs, training=False):
         """The forward pass, also returning every layer's hidden states and attention maps.

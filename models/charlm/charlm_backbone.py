@@ -9,7 +9,8 @@ from keras import ops
 
 from lmfactory.models import decoder_cache
 from lmfactory.models.backbone import Backbone, check_head_split
-from lmfactory.models.decoder_utils import DECODER_INPUTS, decoder_blocks, decoder_states
+from lmfactory.models.decoder_utils import (DECODER_INPUTS, decoder_blocks, decoder_graph,
+                                            decoder_states)
 from lmfactory.models.encoder_utils import require_inputs
 
 
@@ -123,12 +124,12 @@ class CharTransformerBackbone(Backbone):
         )
 
         # === Functional model ===
-        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
-                  for name in DECODER_INPUTS}
-        x = self.embeddings_dropout(self._embed(inputs["token_ids"]))
-        x = decoder_states(self.transformer_layers, x, inputs["padding_mask"],
-                           block_input=self._add_position_embedding)
-        outputs = {"sequence_output": self.layer_norm(x["sequence_output"])}
+        inputs, outputs = decoder_graph(
+            self,
+            embed=lambda token_ids: self.embeddings_dropout(self._embed(token_ids)),
+            block_input=self._add_position_embedding,
+            final_layer_norm=self.layer_norm,
+        )
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
                          **kwargs)
 

@@ -5,7 +5,8 @@ import keras
 import keras_nlp
 
 from lmfactory.models.backbone import Backbone, check_head_split
-from lmfactory.models.encoder_utils import (add_embeddings_normalization, encoder_states,
+from lmfactory.models.encoder_utils import (add_embeddings_normalization, encoder_graph,
+                                            encoder_states,
                                             normalize_embeddings, post_ln_encoder_blocks,
                                             require_inputs)
 
@@ -100,18 +101,10 @@ class DistilBertBackbone(Backbone):
         )
 
         # === Functional model ===
-        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        x = self._embed(token_id_input)
-        for block in self.transformer_layers:
-            x = block(x, padding_mask=padding_mask_input)
-        super().__init__(
-            inputs={"token_ids": token_id_input, "padding_mask": padding_mask_input},
-            outputs={"sequence_output": x},
-            dtype=dtype,
-            arguments=locals(),
-            **kwargs,
-        )
+        inputs, x = encoder_graph(self, DISTILBERT_BACKBONE_INPUTS,
+                                  lambda inputs: self._embed(inputs["token_ids"]))
+        super().__init__(inputs=inputs, outputs={"sequence_output": x}, dtype=dtype,
+                         arguments=locals(), **kwargs)
 
     def _embed(self, token_ids, training=None):
         tokens = self.token_embedding(token_ids)

@@ -6,7 +6,8 @@ import keras
 from lmfactory.models.backbone import Backbone, check_head_split
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 from lmfactory.models.encoder_utils import (add_segment_embeddings, embed_with_segments,
-                                            encoder_states, post_ln_encoder_blocks,
+                                            encoder_graph, encoder_states,
+                                            post_ln_encoder_blocks,
                                             require_inputs)
 
 ELECTRA_BACKBONE_INPUTS = ("token_ids", "padding_mask", "segment_ids")
@@ -103,13 +104,8 @@ class ElectraBackbone(Backbone):
         )
 
         # === Functional model ===
-        inputs = {
-            name: keras.Input(shape=(None,), dtype="int32", name=name)
-            for name in ELECTRA_BACKBONE_INPUTS
-        }
-        x = self._project(self.embed(inputs))
-        for block in self.transformer_layers:
-            x = block(x, padding_mask=inputs["padding_mask"])
+        inputs, x = encoder_graph(self, ELECTRA_BACKBONE_INPUTS,
+                                  lambda inputs: self._project(self.embed(inputs)))
         super().__init__(inputs=inputs, outputs={"sequence_output": x}, dtype=dtype,
                          arguments=locals(), **kwargs)
 

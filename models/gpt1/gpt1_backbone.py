@@ -1,12 +1,10 @@
 """GPT-1 decoder network (Radford et al. 2018, "Improving Language Understanding by
 Generative Pre-Training")."""
 
-import keras
-
 from lmfactory.models import decoder_cache
 from lmfactory.models.backbone import Backbone, check_head_split
-from lmfactory.models.decoder_utils import (DECODER_INPUTS, add_token_and_position_embeddings,
-                                            decoder_blocks, decoder_states,
+from lmfactory.models.decoder_utils import (add_token_and_position_embeddings,
+                                            decoder_blocks, decoder_graph, decoder_states,
                                             embed_tokens_and_positions,
                                             gpt_kernel_initializer)
 from lmfactory.models.gpt2.gpt2_backbone import gelu_approximate
@@ -89,12 +87,9 @@ class Gpt1Backbone(Backbone):
         )
 
         # === Functional model ===
-        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
-                  for name in DECODER_INPUTS}
-        x = embed_tokens_and_positions(self, inputs["token_ids"])
-        x = decoder_states(self.transformer_layers, x, inputs["padding_mask"])
-        super().__init__(inputs=inputs, outputs={"sequence_output": x["sequence_output"]},
-                         dtype=dtype, arguments=locals(), **kwargs)
+        inputs, outputs = decoder_graph(self)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
+                         **kwargs)
 
     def call_with_states(self, inputs, training=False):
         """The forward pass keeping every block's output, with the same layers.

@@ -5,11 +5,9 @@ import keras
 from lmfactory.models import decoder_cache
 from lmfactory.models.attention import SparseTransformerDecoder
 from lmfactory.models.backbone import Backbone
-from lmfactory.models.decoder_utils import (DECODER_INPUTS, add_token_and_position_embeddings,
-                                            decoder_blocks, decoder_states,
-                                            embed_tokens_and_positions,
-                                            gpt_kernel_initializer, residual_projection_kernels,
-                                            scale_residual_projections)
+from lmfactory.models.decoder_utils import (add_token_and_position_embeddings,
+                                            decoder_blocks, decoder_graph,
+                                            gpt_kernel_initializer, scale_residual_projections)
 from lmfactory.models.gpt2.gpt2_backbone import gelu_approximate
 
 
@@ -123,21 +121,12 @@ class GPT3Backbone(Backbone):
         )
 
         # === Functional model ===
-        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
-                  for name in DECODER_INPUTS}
-        x = embed_tokens_and_positions(self, inputs["token_ids"])
-        x = decoder_states(self.transformer_layers, x, inputs["padding_mask"])
-        outputs = {"sequence_output": self.layer_norm(x["sequence_output"])}
+        inputs, outputs = decoder_graph(self, final_layer_norm=self.layer_norm)
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
                          **kwargs)
 
         # GPT-2 §2.3: residual-layer weights scaled by 1/sqrt(N), N = 2 residuals per block.
         scale_residual_projections(self.transformer_layers)
-
-    def residual_projection_kernels(self):
-        """The kernels that write into the residual stream: per block, the attention output
-        projection and the second MLP layer."""
-        return residual_projection_kernels(self.transformer_layers)
 
     def initial_cache(self, batch_size, max_length):
         """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]

@@ -6,7 +6,8 @@ import keras_nlp
 from keras import ops
 
 from lmfactory.models.backbone import Backbone, check_head_split
-from lmfactory.models.encoder_utils import (add_embeddings_normalization, encoder_states,
+from lmfactory.models.encoder_utils import (add_embeddings_normalization, encoder_graph,
+                                            encoder_states,
                                             model_inputs, normalize_embeddings,
                                             post_ln_encoder_blocks)
 from lmfactory.models.roberta.roberta_position_embedding import RobertaPositionEmbedding
@@ -106,19 +107,11 @@ class RobertaBackbone(Backbone):
         )
 
         # === Functional model ===
-        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        x = self._embed(token_id_input, padding_mask_input)
-        for block in self.transformer_layers:
-            x = block(x, padding_mask=padding_mask_input)
-
-        super().__init__(
-            inputs={"token_ids": token_id_input, "padding_mask": padding_mask_input},
-            outputs={"sequence_output": x},
-            dtype=dtype,
-            arguments=locals(),
-            **kwargs,
-        )
+        inputs, x = encoder_graph(
+            self, ROBERTA_BACKBONE_INPUTS,
+            lambda inputs: self._embed(inputs["token_ids"], inputs["padding_mask"]))
+        super().__init__(inputs=inputs, outputs={"sequence_output": x}, dtype=dtype,
+                         arguments=locals(), **kwargs)
 
     def _embed(self, token_ids, padding_mask, training=None):
         return normalize_embeddings(
