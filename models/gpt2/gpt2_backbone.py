@@ -7,7 +7,8 @@ from lmfactory.models import decoder_cache
 from lmfactory.models.backbone import Backbone, check_head_split
 from lmfactory.models.decoder_utils import (add_token_and_position_embeddings,
                                             decoder_blocks, decoder_graph,
-                                            gpt_kernel_initializer, scale_residual_projections)
+                                            gpt_kernel_initializer, residual_projection_kernels,
+                                            scale_residual_projections)
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -97,6 +98,10 @@ class GPT2Backbone(Backbone):
                          **kwargs)
 
         scale_residual_projections(self.transformer_layers)
+
+    def residual_projection_kernels(self):
+        """The kernels `scale_residual_projections` re-drew (GPT-2 §2.3)."""
+        return residual_projection_kernels(self.transformer_layers)
 
     def initial_cache(self, batch_size, max_length):
         """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]

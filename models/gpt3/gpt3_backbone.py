@@ -7,7 +7,8 @@ from lmfactory.models.attention import SparseTransformerDecoder
 from lmfactory.models.backbone import Backbone
 from lmfactory.models.decoder_utils import (add_token_and_position_embeddings,
                                             decoder_blocks, decoder_graph,
-                                            gpt_kernel_initializer, scale_residual_projections)
+                                            gpt_kernel_initializer, residual_projection_kernels,
+                                            scale_residual_projections)
 from lmfactory.models.gpt2.gpt2_backbone import gelu_approximate
 
 
@@ -127,6 +128,10 @@ class GPT3Backbone(Backbone):
 
         # GPT-2 §2.3: residual-layer weights scaled by 1/sqrt(N), N = 2 residuals per block.
         scale_residual_projections(self.transformer_layers)
+
+    def residual_projection_kernels(self):
+        """The kernels `scale_residual_projections` re-drew (GPT-2 §2.3)."""
+        return residual_projection_kernels(self.transformer_layers)
 
     def initial_cache(self, batch_size, max_length):
         """Zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
