@@ -17,6 +17,37 @@ def gelu_approximate(x):
     return keras.activations.gelu(x, approximate=True)
 
 
+def add_gpt2_layers(model, *, vocabulary_size, max_sequence_length, hidden_dim, num_layers,
+                    dropout, layer_norm_epsilon, dtype, **block_args) -> None:
+    """Gives ``model`` GPT-2's layers (§2.3), which GPT-3 keeps (§2.1): GPT-1's token and
+    position embeddings (`add_token_and_position_embeddings`), `num_layers` blocks with the
+    LayerNorm at the input of each sub-block (`normalize_first=True`), tanh GELU and
+    N(0, 0.02) kernels, and `layer_norm`, the LayerNorm after the final block.
+    ``block_args`` go to `decoder_blocks` (the block sizes; GPT-3's block class and
+    per-layer attention patterns)."""
+    add_token_and_position_embeddings(
+        model,
+        vocabulary_size=vocabulary_size,
+        max_sequence_length=max_sequence_length,
+        hidden_dim=hidden_dim,
+        dropout=dropout,
+        dtype=dtype,
+    )
+    model.transformer_layers = decoder_blocks(
+        num_layers,
+        dropout=dropout,
+        activation=gelu_approximate,
+        layer_norm_epsilon=layer_norm_epsilon,
+        kernel_initializer=gpt_kernel_initializer,
+        normalize_first=True,
+        dtype=dtype,
+        **block_args,
+    )
+    model.layer_norm = keras.layers.LayerNormalization(
+        epsilon=layer_norm_epsilon, dtype=dtype, name="layer_norm"
+    )
+
+
 class GPT2Backbone(Backbone):
     """The GPT-2 Transformer decoder, without the language-model output layer.
 
@@ -67,29 +98,17 @@ class GPT2Backbone(Backbone):
     ):
         check_head_split(hidden_dim, num_heads)
         # === Layers ===
-        add_token_and_position_embeddings(
+        add_gpt2_layers(
             self,
             vocabulary_size=vocabulary_size,
             max_sequence_length=max_sequence_length,
             hidden_dim=hidden_dim,
-            dropout=dropout,
-            dtype=dtype,
-        )
-        # §2.3: pre-LN blocks ...
-        self.transformer_layers = decoder_blocks(
-            num_layers,
+            num_layers=num_layers,
             intermediate_dim=intermediate_dim,
             num_heads=num_heads,
             dropout=dropout,
-            activation=gelu_approximate,
             layer_norm_epsilon=layer_norm_epsilon,
-            kernel_initializer=gpt_kernel_initializer,
-            normalize_first=True,
             dtype=dtype,
-        )
-        # ... and a LayerNorm after the final block.
-        self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=dtype, name="layer_norm"
         )
 
         # === Functional model ===

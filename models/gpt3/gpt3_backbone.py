@@ -1,15 +1,11 @@
 """GPT-3 decoder network (Brown et al. 2020, "Language Models are Few-Shot Learners")."""
 
-import keras
-
 from lmfactory.models import decoder_cache
 from lmfactory.models.attention import SparseTransformerDecoder
 from lmfactory.models.backbone import Backbone
-from lmfactory.models.decoder_utils import (add_token_and_position_embeddings,
-                                            decoder_blocks, decoder_graph,
-                                            gpt_kernel_initializer, residual_projection_kernels,
+from lmfactory.models.decoder_utils import (decoder_graph, residual_projection_kernels,
                                             scale_residual_projections)
-from lmfactory.models.gpt2.gpt2_backbone import gelu_approximate
+from lmfactory.models.gpt2.gpt2_backbone import add_gpt2_layers
 
 
 class GPT3Backbone(Backbone):
@@ -87,20 +83,17 @@ class GPT3Backbone(Backbone):
             raise ValueError(f"attention_band must be a positive integer or None, got "
                              f"{attention_band!r}")
         # === Layers ===
-        add_token_and_position_embeddings(
-            self,
-            vocabulary_size=vocabulary_size,
-            max_sequence_length=max_sequence_length,
-            hidden_dim=hidden_dim,
-            dropout=dropout,
-            dtype=dtype,
-        )
+        # §2.1: GPT-2's layers, with alternating dense and locally banded attention.
         self.layer_patterns = tuple(
             "local" if attention_band is not None and i % 2 == 1 else "dense"
             for i in range(num_layers)
         )
-        self.transformer_layers = decoder_blocks(
-            num_layers,
+        add_gpt2_layers(
+            self,
+            vocabulary_size=vocabulary_size,
+            max_sequence_length=max_sequence_length,
+            hidden_dim=hidden_dim,
+            num_layers=num_layers,
             block=SparseTransformerDecoder,
             layer_args=lambda i: {
                 "pattern": self.layer_patterns[i],
@@ -111,14 +104,8 @@ class GPT3Backbone(Backbone):
             head_dim=head_dim,
             implementation=attention_implementation,
             dropout=dropout,
-            activation=gelu_approximate,
             layer_norm_epsilon=layer_norm_epsilon,
-            kernel_initializer=gpt_kernel_initializer,
-            normalize_first=True,
             dtype=dtype,
-        )
-        self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=dtype, name="layer_norm"
         )
 
         # === Functional model ===
