@@ -151,6 +151,6 @@ def scale_residual_projections(blocks) -> None:
         kernel.assign(initializer(kernel.shape, kernel.dtype))
 
 
-__all__ = ["DECODER_INPUTS", "add_token_and_position_embeddings", "decoder_blocks", "decoder_graph", "decoder_states",
-           "embed_tokens_and_positions", "gpt_kernel_initializer",
-           "residual_projection_kernels", "scale_residual_projections"]
+__all__ = ["DECODER_INPUTS", "add_token_and_position_embeddings", "decoder_blocks",
+           "decoder_graph", "decoder_states", "embed_tokens_and_positions",
+           "gpt_kernel_initializer", "residual_projection_kernels", "scale_residual_projections"]

@@ -13,9 +13,9 @@ from lmfactory.models.albert.albert_common import (
 )
 from lmfactory.models.albert.albert_feedforward_sublayer import AlbertFeedForwardSublayer
 from lmfactory.models.albert.albert_transformer_block import AlbertTransformerBlock
-from lmfactory.models.encoder_utils import (add_segment_embeddings, embed_with_segments,
-                                            encoder_graph, encoder_states,
-                                            require_inputs)
+from lmfactory.models.encoder_utils import (add_pooler, add_segment_embeddings,
+                                            embed_with_segments, encoder_graph, encoder_states,
+                                            pooled_outputs, require_inputs)
 
 # §3.1 / Table 4: which parameters the L Transformer blocks share.
 SHARING_MODES = ("all-shared", "shared-attention", "shared-FFN", "not-shared")
@@ -119,21 +119,15 @@ class AlbertBackbone(Backbone):
         # §3.1 cross-layer sharing: the block applied at each of the L depths.
         self.transformer_layers = self._make_blocks(
             sharing, num_layers, num_heads, intermediate_dim, activation_fn, dropout, dtype)
-        self.pooler_dense = keras.layers.Dense(
-            hidden_dim,
-            activation="tanh",
-            kernel_initializer=albert_kernel_initializer(),
-            dtype=dtype,
-            name="pooler_dense",
-        )
+        add_pooler(self, hidden_dim=hidden_dim, kernel_initializer=albert_kernel_initializer,
+                   dtype=dtype)
 
         # === Functional model ===
         inputs, x = encoder_graph(
             self, BACKBONE_INPUTS,
             lambda inputs: self._embed(inputs["token_ids"], inputs["segment_ids"]))
-        outputs = {"sequence_output": x, "pooled_output": self.pooler_dense(x[:, 0, :])}
-        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
-                         **kwargs)
+        super().__init__(inputs=inputs, outputs=pooled_outputs(self, x), dtype=dtype,
+                         arguments=locals(), **kwargs)
 
     @staticmethod
     def _make_blocks(sharing, num_layers, num_heads, intermediate_dim, activation, dropout,
@@ -198,5 +192,4 @@ class AlbertBackbone(Backbone):
         x = self._embed(inputs["token_ids"], inputs["segment_ids"], training=training)
         states = encoder_states(self.transformer_layers, x, inputs["padding_mask"],
                                 training=training)
-        states["pooled_output"] = self.pooler_dense(states["sequence_output"][:, 0, :])
-        return states
+        return {**states, **pooled_outputs(self, states["sequence_output"])}

@@ -4,10 +4,10 @@ Transformers for Language Understanding")."""
 import keras
 
 from lmfactory.models.backbone import Backbone, check_head_split
-from lmfactory.models.encoder_utils import (add_segment_embeddings, embed_with_segments,
-                                            encoder_graph, encoder_states,
+from lmfactory.models.encoder_utils import (add_pooler, add_segment_embeddings,
+                                            embed_with_segments, encoder_graph, encoder_states,
                                             post_ln_encoder_blocks,
-                                            require_inputs)
+                                            pooled_outputs, require_inputs)
 
 BERT_BACKBONE_INPUTS = ("token_ids", "padding_mask", "segment_ids")
 
@@ -85,21 +85,14 @@ class BertBackbone(Backbone):
             kernel_initializer=bert_kernel_initializer,
             dtype=dtype,
         )
-        self.pooler_dense = keras.layers.Dense(
-            hidden_dim,
-            activation="tanh",
-            kernel_initializer=bert_kernel_initializer(),
-            dtype=dtype,
-            name="pooler_dense",
-        )
+        add_pooler(self, hidden_dim=hidden_dim, kernel_initializer=bert_kernel_initializer,
+                   dtype=dtype)
 
         # === Functional model ===
-        inputs, x = encoder_graph(
-            self, BERT_BACKBONE_INPUTS,
-            lambda inputs: embed_with_segments(self, inputs["token_ids"], inputs["segment_ids"]))
-        outputs = {"sequence_output": x, "pooled_output": self.pooler_dense(x[:, 0, :])}
-        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
-                         **kwargs)
+        inputs, x = encoder_graph(self, BERT_BACKBONE_INPUTS, lambda inputs: embed_with_segments(
+            self, inputs["token_ids"], inputs["segment_ids"]))
+        super().__init__(inputs=inputs, outputs=pooled_outputs(self, x), dtype=dtype,
+                         arguments=locals(), **kwargs)
 
     def call_with_states(self, inputs, training=False):
         """The forward pass, also returning every layer's hidden states and attention maps.
@@ -127,5 +120,4 @@ class BertBackbone(Backbone):
 
         x = embed_with_segments(self, token_ids, segment_ids, training=training)
         states = encoder_states(self.transformer_layers, x, padding_mask, training=training)
-        states["pooled_output"] = self.pooler_dense(states["sequence_output"][:, 0, :])
-        return states
+        return {**states, **pooled_outputs(self, states["sequence_output"])}
