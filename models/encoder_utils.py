@@ -10,8 +10,12 @@ created them, so seeded initial values do not move) or run them:
 * `add_embeddings_normalization` / `normalize_embeddings`: the sum, LayerNorm and dropout
   that end every encoder's embedding block;
 * `post_ln_encoder_blocks`: BERT's stack of post-LayerNorm Transformer blocks;
+* `encoder_graph`: the functional graph inputs -> embeddings -> blocks, the inputs and
+  sequence output an encoder backbone hands to `Backbone`;
 * `encoder_states`: the block loop of `call_with_states` (every hidden state and attention
   map);
+* `add_pooler` / `pooled_outputs`: BERT's Dense(H, tanh) "pooler" on the final `[CLS]`
+  vector (kept by ALBERT);
 * `require_inputs` / `model_inputs`: checking and selecting a model's dict inputs.
 """
 
@@ -142,6 +146,40 @@ def post_ln_encoder_blocks(num_layers, *, num_heads, intermediate_dim, dropout,
     ]
 
 
+def add_pooler(model, *, hidden_dim, kernel_initializer, dtype) -> None:
+    """Gives ``model`` `pooler_dense`, the Dense(H, tanh) that the released BERT code applies
+    to the final hidden vector of the first token, `[CLS]` (Devlin et al. 2019 §3: "the
+    aggregate sequence representation"); the sentence-level heads read its output."""
+    model.pooler_dense = keras.layers.Dense(
+        hidden_dim,
+        activation="tanh",
+        kernel_initializer=kernel_initializer(),
+        dtype=dtype,
+        name="pooler_dense",
+    )
+
+
+def pooled_outputs(model, sequence_output) -> dict:
+    """``{"sequence_output", "pooled_output"}``: the pooler (`add_pooler`) on ``[CLS]``."""
+    return {"sequence_output": sequence_output,
+            "pooled_output": model.pooler_dense(sequence_output[:, 0, :])}
+
+
+def encoder_graph(model, input_names, embed):
+    """The functional graph of an encoder backbone ``model`` (its `transformer_layers`): one
+    int32 `keras.Input` [batch, seq_len] per name of ``input_names``, ``embed(inputs)``
+    (the dict -> the hidden state entering the first block), then the blocks under the
+    `padding_mask` input.
+
+    Returns (inputs dict, sequence output [B, T, H])."""
+    inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
+              for name in input_names}
+    x = embed(inputs)
+    for block in model.transformer_layers:
+        x = block(x, padding_mask=inputs["padding_mask"])
+    return inputs, x
+
+
 def encoder_states(blocks, x, padding_mask, training=False) -> dict:
     """Runs the embedding output ``x`` [B, T, H] through ``blocks`` (keras-nlp
     `TransformerEncoder`s or blocks with the same call signature), keeping every
@@ -161,6 +199,6 @@ def encoder_states(blocks, x, padding_mask, training=False) -> dict:
             "attention_scores": attention_scores}
 
 
-__all__ = ["add_embeddings_normalization", "add_segment_embeddings", "embed_with_segments",
-           "encoder_states", "model_inputs", "normalize_embeddings", "post_ln_encoder_blocks",
-           "require_inputs"]
+__all__ = ["add_embeddings_normalization", "add_pooler", "add_segment_embeddings",
+           "embed_with_segments", "encoder_graph", "encoder_states", "model_inputs",
+           "normalize_embeddings", "pooled_outputs", "post_ln_encoder_blocks", "require_inputs"]

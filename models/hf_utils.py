@@ -15,6 +15,7 @@ missing name and lets the converter check that nothing of the backbone was left 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -157,23 +158,38 @@ def set_transformer_encoder(block, *, query, key, value, attention_output,
     set_layer_norm(block._feedforward_layer_norm, *output_layer_norm)
 
 
+def set_encoder_layer(block, read: WeightReader, prefix: str, names: dict) -> None:
+    """`set_transformer_encoder` from the reference layer ``prefix``: ``names`` maps each of
+    its arguments to the name of that weight under ``prefix`` (a torch Linear for the
+    projections, a LayerNorm for ``attention_layer_norm`` / ``output_layer_norm``); the
+    checkpoint formats differ only in these names."""
+    set_transformer_encoder(block, **{
+        role: (layer_norm if role.endswith("layer_norm") else linear)(read, prefix + name)
+        for role, name in names.items()
+    })
+
+
+# The weight names of a BERT layer: BERT and the models that keep its encoder (RoBERTa,
+# ELECTRA).
+BERT_LAYER_NAMES = {
+    "query": "attention.self.query",
+    "key": "attention.self.key",
+    "value": "attention.self.value",
+    "attention_output": "attention.output.dense",
+    "attention_layer_norm": "attention.output.LayerNorm",
+    "intermediate": "intermediate.dense",
+    "output": "output.dense",
+    "output_layer_norm": "output.LayerNorm",
+}
+
+
 def set_bert_layer(block, read: WeightReader, prefix: str) -> None:
     """A ``keras_nlp.layers.TransformerEncoder`` from the reference BERT layer ``prefix``
     (e.g. ``encoder.layer.0``): ``attention.self.{query,key,value}``,
     ``attention.output.{dense,LayerNorm}``, ``intermediate.dense``, ``output.{dense,
     LayerNorm}``; the layout of BERT and of the models that keep BERT's encoder (RoBERTa,
     ELECTRA)."""
-    set_transformer_encoder(
-        block,
-        query=linear(read, f"{prefix}.attention.self.query"),
-        key=linear(read, f"{prefix}.attention.self.key"),
-        value=linear(read, f"{prefix}.attention.self.value"),
-        attention_output=linear(read, f"{prefix}.attention.output.dense"),
-        attention_layer_norm=layer_norm(read, f"{prefix}.attention.output.LayerNorm"),
-        intermediate=linear(read, f"{prefix}.intermediate.dense"),
-        output=linear(read, f"{prefix}.output.dense"),
-        output_layer_norm=layer_norm(read, f"{prefix}.output.LayerNorm"),
-    )
+    set_encoder_layer(block, read, f"{prefix}.", BERT_LAYER_NAMES)
 
 
 def set_masked_lm_head(head, *, dense, layer_norm, bias) -> None:
@@ -184,6 +200,18 @@ def set_masked_lm_head(head, *, dense, layer_norm, bias) -> None:
     set_dense(head._intermediate_dense, *dense)
     set_layer_norm(head._intermediate_layer_norm, *layer_norm)
     assign(head._bias, bias, "masked-LM output bias")
+
+
+@contextlib.contextmanager
+def reading(source: str):
+    """Converts the errors of reading a checkpoint (a missing weight: KeyError, a shape
+    mismatch: ValueError) into ValueErrors naming the checkpoint ``source``."""
+    try:
+        yield
+    except KeyError as error:
+        raise ValueError(f"{source}: {error.args[0]}") from error
+    except ValueError as error:
+        raise ValueError(f"{source}: {error}") from error
 
 
 def linear(read: WeightReader, name: str) -> tuple:

@@ -1,11 +1,18 @@
-"""Config serialisation of the task models that wrap a backbone (keras-hub's Backbone / Task
-split): classifiers, pre-trainers, distillers.
+"""The task models that wrap a backbone (keras-hub's Backbone / Task split): classifiers,
+pre-trainers, distillers.
 
 Such a model's config holds its wrapped models (the `backbone`, a distiller's `teacher`)
 serialised whole, so that `keras.saving` rebuilds them before the task model itself, plus
-the task's own constructor arguments."""
+the task's own constructor arguments (`BackboneTask`). `Task` is the base class of the
+heads of `models/*/`: a functional `keras.Model` over a dict of int32 inputs, registered
+for serialisation; `SequenceClassifier` is the [CLS] classifier of BERT §4.1 (Figure 4a)
+and its descendants, whose subclasses only define their head.
+"""
 
 import keras
+
+from lmfactory.models.task_losses import (masked_lm_objective, sentence_objective,
+                                          with_regularization)
 
 
 def deserialize_models(config: dict, keys=("backbone",)) -> dict:
@@ -47,4 +54,128 @@ class BackboneTask:
         return cls(**deserialize_models(config, cls.serialized_models))
 
 
-__all__ = ["BackboneTask", "deserialize_models"]
+def int_inputs(names, shape=(None,)) -> dict:
+    """One int32 `keras.Input` per name (token ids, masks, positions), [batch, *shape]."""
+    return {name: keras.Input(shape=shape, dtype="int32", name=name) for name in names}
+
+
+class Task(BackboneTask, keras.Model):
+    """A functional model with a head on a backbone (``self.backbone``).
+
+    A subclass creates its head's layers (with the backbone's dtype policy), wires
+    ``backbone`` and head from `int_inputs` to its outputs and passes both to
+    ``super().__init__(inputs=..., outputs=..., **kwargs)``; its config is `BackboneTask`'s
+    (the backbone serialised whole) plus its own constructor arguments. Every subclass is
+    registered for serialisation as ``lmfactory>ClassName``.
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        keras.saving.register_keras_serializable(package="lmfactory")(cls)
+
+
+class SequenceClassifier(Task):
+    """Classification of a whole sequence (or sequence pair) from the backbone's
+    representation of its first token (BERT §4.1, Figure 4a: the final hidden vector of
+    `[CLS]`, fed to a new classification layer; RoBERTa's `<s>`).
+
+    A subclass creates the layers of its head, then calls this constructor, which runs
+    ``backbone`` on the `task_inputs` and its `classify` on the backbone's outputs::
+
+        def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
+            self.output_dropout = keras.layers.Dropout(dropout, ...)
+            self.output_dense = keras.layers.Dense(num_classes, ...)
+            super().__init__(backbone, num_classes, dropout, **kwargs)
+
+        def classify(self, outputs):
+            return self.output_dense(self.output_dropout(outputs["pooled_output"]))
+
+    Inputs (dict, int32 [batch, seq_len]): `task_inputs`.
+    Output: logits [batch, num_classes] (train with
+        `SparseCategoricalCrossentropy(from_logits=True)`).
+    Config: the backbone, `num_classes`, `dropout`.
+    """
+
+    # The backbone inputs the classifier takes.
+    task_inputs = ("token_ids", "padding_mask")
+
+    def __init__(self, backbone, num_classes, dropout, **kwargs):
+        self.backbone = backbone
+        inputs = int_inputs(self.task_inputs)
+        logits = self.classify(backbone(inputs))
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        self.num_classes = num_classes
+        self.dropout = dropout
+
+    def classify(self, outputs):
+        """The head: logits [batch, num_classes] from the backbone's output dict."""
+        raise NotImplementedError(f"{type(self).__name__} defines no classification head")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"num_classes": self.num_classes, "dropout": self.dropout})
+        return config
+
+
+class MaskedLMPretrainer(Task):
+    """A backbone pre-trained with the masked language model (BERT §3.1 Task #1) and,
+    where the paper has one, a two-way classifier on the pooled `[CLS]` vector (BERT's next
+    sentence prediction, §3.1 Task #2; ALBERT's sentence-order prediction, §3.2).
+
+    A subclass creates its heads (keras-nlp `MaskedLMHead`s tied to the token embedding,
+    a Dense(2)), then calls this constructor with them. The model's inputs are
+    `backbone_inputs` plus `mask_positions` [batch, num_predictions]; its outputs are
+    ``{"mlm": [batch, num_predictions, vocabulary_size]}`` plus, with a sentence head,
+    ``{sentence_task: [batch, 2]}``. `compute_loss` is the mean masked-LM negative
+    log-likelihood over real predictions, weighted by the prediction weights,
+    ``sum(w * nll) / (sum(w) + 1e-5)``, plus the sentence task's mean negative
+    log-likelihood (BERT Appendix A.2), over the global batch under a `tf.distribute`
+    strategy (`models/task_losses.py`); so the model compiles with an optimizer and no
+    `loss`. Metrics: `mlm_loss`, `<task>_loss`, `mlm_accuracy` (weighted),
+    `<task>_accuracy`.
+    """
+
+    # The backbone's inputs (the model also takes `mask_positions`).
+    backbone_inputs = ("token_ids", "padding_mask", "segment_ids")
+    # Output key and metric prefix of the sentence head ("nsp", "sop"), None without one.
+    sentence_task = None
+
+    def __init__(self, backbone, masked_lm_head, sentence_head=None, **kwargs):
+        self.backbone = backbone
+        inputs = int_inputs(self.backbone_inputs + ("mask_positions",))
+        encoded = backbone({name: inputs[name] for name in self.backbone_inputs})
+        outputs = {"mlm": masked_lm_head(encoded["sequence_output"],
+                                         mask_positions=inputs["mask_positions"])}
+        if self.sentence_task is not None:
+            outputs[self.sentence_task] = sentence_head(encoded["pooled_output"])
+        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Metrics ===
+        self.mlm_loss_tracker = keras.metrics.Mean(name="mlm_loss")
+        if self.sentence_task is not None:
+            setattr(self, f"{self.sentence_task}_loss_tracker",
+                    keras.metrics.Mean(name=f"{self.sentence_task}_loss"))
+        self.mlm_accuracy = keras.metrics.SparseCategoricalAccuracy(name="mlm_accuracy")
+        if self.sentence_task is not None:
+            setattr(self, f"{self.sentence_task}_accuracy",
+                    keras.metrics.SparseCategoricalAccuracy(
+                        name=f"{self.sentence_task}_accuracy"))
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        task = self.sentence_task
+        if task is None:
+            loss = masked_lm_objective(y["mlm"] if isinstance(y, dict) else y,
+                                       y_pred["mlm"] if isinstance(y_pred, dict) else y_pred,
+                                       sample_weight, self.mlm_loss_tracker,
+                                       self.mlm_accuracy)
+        else:
+            loss = masked_lm_objective(y["mlm"], y_pred["mlm"], sample_weight,
+                                       self.mlm_loss_tracker, self.mlm_accuracy)
+            loss = loss + sentence_objective(y[task], y_pred[task],
+                                             getattr(self, f"{task}_loss_tracker"),
+                                             getattr(self, f"{task}_accuracy"))
+        return with_regularization(self, loss)
+
+
+__all__ = ["BackboneTask", "MaskedLMPretrainer", "SequenceClassifier", "Task",
+           "deserialize_models", "int_inputs"]

@@ -4,6 +4,7 @@ Learning of Language Representations", ICLR)."""
 import keras
 import keras_nlp
 
+from lmfactory.models.backbone import Backbone, check_head_split
 from lmfactory.models.albert.albert_attention_sublayer import AlbertAttentionSublayer
 from lmfactory.models.albert.albert_common import (
     ACTIVATIONS,
@@ -12,16 +13,16 @@ from lmfactory.models.albert.albert_common import (
 )
 from lmfactory.models.albert.albert_feedforward_sublayer import AlbertFeedForwardSublayer
 from lmfactory.models.albert.albert_transformer_block import AlbertTransformerBlock
-from lmfactory.models.encoder_utils import (add_segment_embeddings, embed_with_segments,
-                                            encoder_states, require_inputs)
+from lmfactory.models.encoder_utils import (add_pooler, add_segment_embeddings,
+                                            embed_with_segments, encoder_graph, encoder_states,
+                                            pooled_outputs, require_inputs)
 
 # §3.1 / Table 4: which parameters the L Transformer blocks share.
 SHARING_MODES = ("all-shared", "shared-attention", "shared-FFN", "not-shared")
 BACKBONE_INPUTS = ("token_ids", "padding_mask", "segment_ids")
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class AlbertBackbone(keras.Model):
+class AlbertBackbone(Backbone):
     """The ALBERT encoder: BERT's Transformer with a factorised embedding and cross-layer
     parameter sharing, without a task head.
 
@@ -86,9 +87,7 @@ class AlbertBackbone(keras.Model):
         if activation not in ACTIVATIONS:
             raise ValueError(f"ALBERT activation must be one of {ACTIVATIONS}, "
                              f"got {activation!r}")
-        if hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                             f"({num_heads})")
+        check_head_split(hidden_dim, num_heads)
         for name, value in (("vocabulary_size", vocabulary_size), ("num_layers", num_layers),
                             ("embedding_dim", embedding_dim),
                             ("intermediate_dim", intermediate_dim)):
@@ -120,37 +119,15 @@ class AlbertBackbone(keras.Model):
         # §3.1 cross-layer sharing: the block applied at each of the L depths.
         self.transformer_layers = self._make_blocks(
             sharing, num_layers, num_heads, intermediate_dim, activation_fn, dropout, dtype)
-        self.pooler_dense = keras.layers.Dense(
-            hidden_dim,
-            activation="tanh",
-            kernel_initializer=albert_kernel_initializer(),
-            dtype=dtype,
-            name="pooler_dense",
-        )
+        add_pooler(self, hidden_dim=hidden_dim, kernel_initializer=albert_kernel_initializer,
+                   dtype=dtype)
 
         # === Functional model ===
-        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
-                  for name in BACKBONE_INPUTS}
-        x = self._embed(inputs["token_ids"], inputs["segment_ids"])
-        for block in self.transformer_layers:
-            x = block(x, padding_mask=inputs["padding_mask"])
-        outputs = {"sequence_output": x, "pooled_output": self.pooler_dense(x[:, 0, :])}
-        super().__init__(inputs=inputs, outputs=outputs, **kwargs)
-        if dtype is not None:
-            self.dtype_policy = keras.dtype_policies.get(dtype)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.embedding_dim = embedding_dim
-        self.intermediate_dim = intermediate_dim
-        self.sharing = sharing
-        self.activation = activation
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.num_segments = num_segments
+        inputs, x = encoder_graph(
+            self, BACKBONE_INPUTS,
+            lambda inputs: self._embed(inputs["token_ids"], inputs["segment_ids"]))
+        super().__init__(inputs=inputs, outputs=pooled_outputs(self, x), dtype=dtype,
+                         arguments=locals(), **kwargs)
 
     @staticmethod
     def _make_blocks(sharing, num_layers, num_heads, intermediate_dim, activation, dropout,
@@ -215,27 +192,4 @@ class AlbertBackbone(keras.Model):
         x = self._embed(inputs["token_ids"], inputs["segment_ids"], training=training)
         states = encoder_states(self.transformer_layers, x, inputs["padding_mask"],
                                 training=training)
-        states["pooled_output"] = self.pooler_dense(states["sequence_output"][:, 0, :])
-        return states
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "embedding_dim": self.embedding_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "sharing": self.sharing,
-            "activation": self.activation,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "num_segments": self.num_segments,
-            "dtype": self.dtype_policy.name,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        return {**states, **pooled_outputs(self, states["sequence_output"])}

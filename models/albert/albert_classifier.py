@@ -1,11 +1,8 @@
 """ALBERT fine-tuned for sequence classification (Lan et al. 2020 §4.1, Appendix A.4)."""
 
-import keras
-
 from lmfactory.models.bert.bert_classifier import BertClassifier
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
 class AlbertClassifier(BertClassifier):
     """An `AlbertBackbone` with a classification layer on the pooled `[CLS]` vector.
 

@@ -79,18 +79,21 @@ def backbone_config_from_huggingface(config: dict) -> dict:
     }
 
 
+# The weight names of an ALBERT layer (under ``...albert_layers.0.``).
+LAYER_NAMES = {
+    "query": "attention.query",
+    "key": "attention.key",
+    "value": "attention.value",
+    "attention_output": "attention.dense",
+    "attention_layer_norm": "attention.LayerNorm",
+    "intermediate": "ffn",
+    "output": "ffn_output",
+    "output_layer_norm": "full_layer_layer_norm",
+}
+
+
 def _set_block(block, read, prefix: str) -> None:
-    hf_utils.set_transformer_encoder(
-        block,
-        query=hf_utils.linear(read, f"{prefix}attention.query"),
-        key=hf_utils.linear(read, f"{prefix}attention.key"),
-        value=hf_utils.linear(read, f"{prefix}attention.value"),
-        attention_output=hf_utils.linear(read, f"{prefix}attention.dense"),
-        attention_layer_norm=hf_utils.layer_norm(read, f"{prefix}attention.LayerNorm"),
-        intermediate=hf_utils.linear(read, f"{prefix}ffn"),
-        output=hf_utils.linear(read, f"{prefix}ffn_output"),
-        output_layer_norm=hf_utils.layer_norm(read, f"{prefix}full_layer_layer_norm"),
-    )
+    hf_utils.set_encoder_layer(block, read, prefix, LAYER_NAMES)
 
 
 def load_huggingface_weights(backbone: AlbertBackbone, weights: dict) -> hf_utils.WeightReader:

@@ -5,15 +5,10 @@ import keras
 import keras_nlp
 
 from lmfactory.models.albert.albert_common import albert_kernel_initializer, get_activation
-from lmfactory.models.task_losses import (masked_lm_objective, sentence_objective,
-                                          with_regularization)
-from lmfactory.models.task_model import BackboneTask
-
-ALBERT_PRETRAINER_INPUTS = ("token_ids", "padding_mask", "segment_ids", "mask_positions")
+from lmfactory.models.task_model import MaskedLMPretrainer
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class AlbertPretrainer(BackboneTask, keras.Model):
+class AlbertPretrainer(MaskedLMPretrainer):
     """An `AlbertBackbone` with the masked-LM and sentence-order-prediction heads.
 
     Masked LM (§4.1, following BERT; n-gram masking decides which positions the data holds):
@@ -44,9 +39,10 @@ class AlbertPretrainer(BackboneTask, keras.Model):
         backbone: an `AlbertBackbone`.
     """
 
+    sentence_task = "sop"
+
     def __init__(self, backbone, **kwargs):
         # === Layers ===
-        self.backbone = backbone
         self.masked_lm_head = keras_nlp.layers.MaskedLMHead(
             token_embedding=backbone.token_embedding,
             intermediate_activation=get_activation(backbone.activation),
@@ -61,27 +57,7 @@ class AlbertPretrainer(BackboneTask, keras.Model):
             dtype=backbone.dtype_policy,
             name="sentence_order_head",
         )
-
-        # === Functional model ===
-        inputs = {
-            name: keras.Input(shape=(None,), dtype="int32", name=name)
-            for name in ALBERT_PRETRAINER_INPUTS
-        }
-        encoded = backbone(
-            {name: inputs[name] for name in ("token_ids", "padding_mask", "segment_ids")}
-        )
-        mlm_logits = self.masked_lm_head(
-            encoded["sequence_output"], mask_positions=inputs["mask_positions"]
-        )
-        sop_logits = self.sentence_order_head(encoded["pooled_output"])
-        super().__init__(inputs=inputs, outputs={"mlm": mlm_logits, "sop": sop_logits},
-                         **kwargs)
-
-        # === Metrics ===
-        self.mlm_loss_tracker = keras.metrics.Mean(name="mlm_loss")
-        self.sop_loss_tracker = keras.metrics.Mean(name="sop_loss")
-        self.mlm_accuracy = keras.metrics.SparseCategoricalAccuracy(name="mlm_accuracy")
-        self.sop_accuracy = keras.metrics.SparseCategoricalAccuracy(name="sop_accuracy")
+        super().__init__(backbone, self.masked_lm_head, self.sentence_order_head, **kwargs)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         if not isinstance(y, dict) or "mlm" not in y or "sop" not in y:
@@ -89,8 +65,4 @@ class AlbertPretrainer(BackboneTask, keras.Model):
                              "'sop': sentence-order labels [B]} (objective albert_mlm_sop); "
                              f"got {type(y).__name__} "
                              f"{sorted(y) if isinstance(y, dict) else ''}")
-        mlm_loss = masked_lm_objective(y["mlm"], y_pred["mlm"], sample_weight,
-                                       self.mlm_loss_tracker, self.mlm_accuracy)
-        sop_loss = sentence_objective(y["sop"], y_pred["sop"], self.sop_loss_tracker,
-                                      self.sop_accuracy)
-        return with_regularization(self, mlm_loss + sop_loss)
+        return super().compute_loss(x, y, y_pred, sample_weight, training)

@@ -3,9 +3,13 @@ Transformers for Language Understanding")."""
 
 import keras
 
-from lmfactory.models.encoder_utils import (add_segment_embeddings, embed_with_segments,
-                                            encoder_states, post_ln_encoder_blocks,
-                                            require_inputs)
+from lmfactory.models.backbone import Backbone, check_head_split
+from lmfactory.models.encoder_utils import (add_pooler, add_segment_embeddings,
+                                            embed_with_segments, encoder_graph, encoder_states,
+                                            post_ln_encoder_blocks,
+                                            pooled_outputs, require_inputs)
+
+BERT_BACKBONE_INPUTS = ("token_ids", "padding_mask", "segment_ids")
 
 
 def bert_kernel_initializer(stddev=0.02):
@@ -13,8 +17,7 @@ def bert_kernel_initializer(stddev=0.02):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class BertBackbone(keras.Model):
+class BertBackbone(Backbone):
     """The bidirectional Transformer encoder of BERT, without a task head.
 
     §3 "Model Architecture": a multi-layer bidirectional Transformer encoder (Vaswani et al.
@@ -59,9 +62,7 @@ class BertBackbone(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        if hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                             f"({num_heads})")
+        check_head_split(hidden_dim, num_heads)
         # === Layers ===
         # §3 Figure 2: `embeddings` (token + position), `segment_embedding`, their sum,
         # LayerNorm and dropout. The MLM head ties its output projection to
@@ -84,46 +85,14 @@ class BertBackbone(keras.Model):
             kernel_initializer=bert_kernel_initializer,
             dtype=dtype,
         )
-        self.pooler_dense = keras.layers.Dense(
-            hidden_dim,
-            activation="tanh",
-            kernel_initializer=bert_kernel_initializer(),
-            dtype=dtype,
-            name="pooler_dense",
-        )
+        add_pooler(self, hidden_dim=hidden_dim, kernel_initializer=bert_kernel_initializer,
+                   dtype=dtype)
 
         # === Functional model ===
-        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        segment_id_input = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
-
-        x = embed_with_segments(self, token_id_input, segment_id_input)
-        for block in self.transformer_layers:
-            x = block(x, padding_mask=padding_mask_input)
-        sequence_output = x
-        pooled_output = self.pooler_dense(x[:, 0, :])
-
-        super().__init__(
-            inputs={
-                "token_ids": token_id_input,
-                "padding_mask": padding_mask_input,
-                "segment_ids": segment_id_input,
-            },
-            outputs={"sequence_output": sequence_output, "pooled_output": pooled_output},
-            **kwargs,
-        )
-        if dtype is not None:
-            self.dtype_policy = keras.dtype_policies.get(dtype)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.num_segments = num_segments
+        inputs, x = encoder_graph(self, BERT_BACKBONE_INPUTS, lambda inputs: embed_with_segments(
+            self, inputs["token_ids"], inputs["segment_ids"]))
+        super().__init__(inputs=inputs, outputs=pooled_outputs(self, x), dtype=dtype,
+                         arguments=locals(), **kwargs)
 
     def call_with_states(self, inputs, training=False):
         """The forward pass, also returning every layer's hidden states and attention maps.
@@ -151,24 +120,4 @@ class BertBackbone(keras.Model):
 
         x = embed_with_segments(self, token_ids, segment_ids, training=training)
         states = encoder_states(self.transformer_layers, x, padding_mask, training=training)
-        states["pooled_output"] = self.pooler_dense(states["sequence_output"][:, 0, :])
-        return states
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "num_segments": self.num_segments,
-            "dtype": self.dtype_policy.name,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        return {**states, **pooled_outputs(self, states["sequence_output"])}

@@ -3,13 +3,12 @@
 import keras
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import SequenceClassifier
 
 BERT_CLASSIFIER_INPUTS = ("token_ids", "padding_mask", "segment_ids")
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class BertClassifier(BackboneTask, keras.Model):
+class BertClassifier(SequenceClassifier):
     """A `BertBackbone` with a classification layer on the `[CLS]` representation.
 
     §4.1: "The only new parameters introduced during fine-tuning are classification layer
@@ -26,9 +25,10 @@ class BertClassifier(BackboneTask, keras.Model):
         dropout: dropout rate before the classification layer.
     """
 
+    task_inputs = BERT_CLASSIFIER_INPUTS
+
     def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
         # === Layers ===
-        self.backbone = backbone
         self.output_dropout = keras.layers.Dropout(
             dropout, dtype=backbone.dtype_policy, name="output_dropout"
         )
@@ -38,21 +38,7 @@ class BertClassifier(BackboneTask, keras.Model):
             dtype=backbone.dtype_policy,
             name="logits",
         )
+        super().__init__(backbone, num_classes, dropout, **kwargs)
 
-        # === Functional model ===
-        inputs = {
-            name: keras.Input(shape=(None,), dtype="int32", name=name)
-            for name in BERT_CLASSIFIER_INPUTS
-        }
-        pooled = backbone(inputs)["pooled_output"]
-        logits = self.output_dense(self.output_dropout(pooled))
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
-
-        # === Config ===
-        self.num_classes = num_classes
-        self.dropout = dropout
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"num_classes": self.num_classes, "dropout": self.dropout})
-        return config
+    def classify(self, outputs):
+        return self.output_dense(self.output_dropout(outputs["pooled_output"]))

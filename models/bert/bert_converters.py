@@ -99,7 +99,7 @@ def load_weights(backbone: BertBackbone, weights: dict, source: str) -> BertBack
     any shape mismatch."""
     read = hf_utils.WeightReader(weights, prefixes=BACKBONE_PREFIXES)
     linear, layer_norm = hf_utils.linear, hf_utils.layer_norm
-    try:
+    with hf_utils.reading(source):
         # §3 Input/Output Representations: token + segment + position embeddings, LayerNorm.
         hf_utils.set_embedding(backbone.token_embedding,
                                read("embeddings.word_embeddings.weight"))
@@ -118,10 +118,6 @@ def load_weights(backbone: BertBackbone, weights: dict, source: str) -> BertBack
         else:
             logging.warning("%s has no pooler weights (%s.*); the pooler stays freshly "
                             "initialised", source, POOLER)
-    except KeyError as error:
-        raise ValueError(f"{source}: {error.args[0]}") from error
-    except ValueError as error:
-        raise ValueError(f"{source}: {error}") from error
 
     # Nothing of the backbone may be left behind (e.g. a layer the config does not count).
     unread = [name for name in read.unread()

@@ -9,11 +9,8 @@ from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 from lmfactory.models.gpt2.gpt2_causal_lm import tied_logits
 # `sum_over_replicas` lives in models/task_losses.py; it stays importable from here, its
 # first home, for code written against that.
-from lmfactory.models.task_losses import (masked_lm_objective, sentence_objective,  # noqa: F401
-                                          sum_over_replicas, with_regularization)
-from lmfactory.models.task_model import BackboneTask
-
-BERT_PRETRAINER_INPUTS = ("token_ids", "padding_mask", "segment_ids", "mask_positions")
+from lmfactory.models.task_losses import sum_over_replicas  # noqa: F401
+from lmfactory.models.task_model import MaskedLMPretrainer
 
 
 class MaskedLMHead(keras_nlp.layers.MaskedLMHead):
@@ -39,8 +36,7 @@ class MaskedLMHead(keras_nlp.layers.MaskedLMHead):
         return outputs
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class BertPretrainer(BackboneTask, keras.Model):
+class BertPretrainer(MaskedLMPretrainer):
     """A `BertBackbone` with the two pre-training heads of §3.1.
 
     Task #1, masked LM: the final hidden vectors at the masked positions go through a
@@ -67,9 +63,10 @@ class BertPretrainer(BackboneTask, keras.Model):
         backbone: a `BertBackbone`.
     """
 
+    sentence_task = "nsp"
+
     def __init__(self, backbone, **kwargs):
         # === Layers ===
-        self.backbone = backbone
         self.masked_lm_head = MaskedLMHead(
             token_embedding=backbone.token_embedding,
             intermediate_activation="gelu",
@@ -84,31 +81,4 @@ class BertPretrainer(BackboneTask, keras.Model):
             dtype=backbone.dtype_policy,
             name="next_sentence_head",
         )
-
-        # === Functional model ===
-        inputs = {
-            name: keras.Input(shape=(None,), dtype="int32", name=name)
-            for name in BERT_PRETRAINER_INPUTS
-        }
-        encoded = backbone(
-            {name: inputs[name] for name in ("token_ids", "padding_mask", "segment_ids")}
-        )
-        mlm_logits = self.masked_lm_head(
-            encoded["sequence_output"], mask_positions=inputs["mask_positions"]
-        )
-        nsp_logits = self.next_sentence_head(encoded["pooled_output"])
-        super().__init__(inputs=inputs, outputs={"mlm": mlm_logits, "nsp": nsp_logits},
-                         **kwargs)
-
-        # === Metrics ===
-        self.mlm_loss_tracker = keras.metrics.Mean(name="mlm_loss")
-        self.nsp_loss_tracker = keras.metrics.Mean(name="nsp_loss")
-        self.mlm_accuracy = keras.metrics.SparseCategoricalAccuracy(name="mlm_accuracy")
-        self.nsp_accuracy = keras.metrics.SparseCategoricalAccuracy(name="nsp_accuracy")
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        mlm_loss = masked_lm_objective(y["mlm"], y_pred["mlm"], sample_weight,
-                                       self.mlm_loss_tracker, self.mlm_accuracy)
-        nsp_loss = sentence_objective(y["nsp"], y_pred["nsp"], self.nsp_loss_tracker,
-                                      self.nsp_accuracy)
-        return with_regularization(self, mlm_loss + nsp_loss)
+        super().__init__(backbone, self.masked_lm_head, self.next_sentence_head, **kwargs)

@@ -8,10 +8,13 @@ import keras_nlp
 from keras import ops
 
 from lmfactory.models import decoder_cache
+from lmfactory.models.backbone import Backbone, check_head_split
+from lmfactory.models.decoder_utils import (DECODER_INPUTS, decoder_blocks, decoder_graph,
+                                            decoder_states)
+from lmfactory.models.encoder_utils import require_inputs
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class CharTransformerBackbone(keras.Model):
+class CharTransformerBackbone(Backbone):
     """A deep causal Transformer over characters, without its output classifiers.
 
     §2: `num_layers` Transformer layers, each a multi-head self-attention sub-layer followed
@@ -80,9 +83,7 @@ class CharTransformerBackbone(keras.Model):
                            ("max_sequence_length", max_sequence_length)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{key} must be a positive integer, got {value!r}")
-        if hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                             f"({num_heads})")
+        check_head_split(hidden_dim, num_heads)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
         embedding_initializer = keras.initializers.RandomNormal(stddev=hidden_dim ** -0.5)
@@ -108,53 +109,38 @@ class CharTransformerBackbone(keras.Model):
             )
             for i in range(num_layers)
         ]
-        self.transformer_layers = [
-            keras_nlp.layers.TransformerDecoder(
-                intermediate_dim=intermediate_dim,
-                num_heads=num_heads,
-                dropout=dropout,
-                activation="relu",
-                layer_norm_epsilon=layer_norm_epsilon,
-                normalize_first=True,
-                dtype=dtype,
-                name=f"transformer_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
+        self.transformer_layers = decoder_blocks(
+            num_layers,
+            intermediate_dim=intermediate_dim,
+            num_heads=num_heads,
+            dropout=dropout,
+            activation="relu",
+            layer_norm_epsilon=layer_norm_epsilon,
+            normalize_first=True,
+            dtype=dtype,
+        )
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=dtype, name="layer_norm"
         )
 
         # === Functional model ===
-        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        x = self.embeddings_dropout(self._embed(token_id_input))
-        for position_embedding, block in zip(self.position_embeddings,
-                                             self.transformer_layers):
-            x = ops.add(x, position_embedding(x))
-            x = block(x, decoder_padding_mask=padding_mask_input)
-        sequence_output = self.layer_norm(x)
-        super().__init__(
-            inputs={"token_ids": token_id_input, "padding_mask": padding_mask_input},
-            outputs={"sequence_output": sequence_output},
-            **kwargs,
+        inputs, outputs = decoder_graph(
+            self,
+            embed=lambda token_ids: self.embeddings_dropout(self._embed(token_ids)),
+            block_input=self._add_position_embedding,
+            final_layer_norm=self.layer_norm,
         )
-        if dtype is not None:
-            self.dtype_policy = keras.dtype_policies.get(dtype)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.layer_norm_epsilon = layer_norm_epsilon
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
+                         **kwargs)
 
     def _embed(self, token_ids):
         """Token embeddings scaled by sqrt(hidden_dim) (Vaswani et al. 2017 §3.4)."""
         return self.token_embedding(token_ids) * math.sqrt(self.token_embedding.output_dim)
+
+    def _add_position_embedding(self, i, x):
+        """§2 "Positional Embeddings": layer i's own learned embedding of each position,
+        added to the input of layer i."""
+        return ops.add(x, self.position_embeddings[i](x))
 
     def _check_length(self, token_ids):
         length = token_ids.shape[-1]
@@ -180,24 +166,15 @@ class CharTransformerBackbone(keras.Model):
             (after dropout, before layer 1's positional embedding) then the output of each
             of the L layers (the residual stream, before any LayerNorm).
         """
-        if not isinstance(inputs, dict):
-            raise TypeError(f"CharTransformerBackbone.call_with_states takes a dict of "
-                            f"tensors, got {type(inputs).__name__}")
-        missing = [key for key in ("token_ids", "padding_mask") if key not in inputs]
-        if missing:
-            raise ValueError(f"CharTransformerBackbone.call_with_states: inputs lack "
-                             f"{missing}; got {sorted(inputs)}")
+        require_inputs("CharTransformerBackbone.call_with_states", inputs, DECODER_INPUTS)
         token_ids = ops.convert_to_tensor(inputs["token_ids"], dtype="int32")
         padding_mask = ops.convert_to_tensor(inputs["padding_mask"], dtype="int32")
         self._check_length(token_ids)
         x = self.embeddings_dropout(self._embed(token_ids), training=training)
-        hidden_states = [x]
-        for position_embedding, block in zip(self.position_embeddings,
-                                             self.transformer_layers):
-            x = ops.add(x, position_embedding(x))
-            x = block(x, decoder_padding_mask=padding_mask, training=training)
-            hidden_states.append(x)
-        return {"sequence_output": self.layer_norm(x), "hidden_states": hidden_states}
+        states = decoder_states(self.transformer_layers, x, padding_mask, training=training,
+                                block_input=self._add_position_embedding)
+        states["sequence_output"] = self.layer_norm(states["sequence_output"])
+        return states
 
     def initial_state(self, batch_size, max_length):
         """The decoding state before any character (the protocol of `models/generation.py`):
@@ -230,22 +207,3 @@ class CharTransformerBackbone(keras.Model):
         x, state = decoder_cache.call_blocks_with_state(
             self.transformer_layers, x, state, index, block_input=add_position_embedding)
         return self.layer_norm(x), state
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "dtype": self.dtype_policy.name,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

@@ -4,7 +4,9 @@ smaller, faster, cheaper and lighter", arXiv:1910.01108)."""
 import keras
 import keras_nlp
 
-from lmfactory.models.encoder_utils import (add_embeddings_normalization, encoder_states,
+from lmfactory.models.backbone import Backbone, check_head_split
+from lmfactory.models.encoder_utils import (add_embeddings_normalization, encoder_graph,
+                                            encoder_states,
                                             normalize_embeddings, post_ln_encoder_blocks,
                                             require_inputs)
 
@@ -17,8 +19,7 @@ def distilbert_kernel_initializer(stddev=0.02):
     return keras.initializers.RandomNormal(stddev=stddev)
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class DistilBertBackbone(keras.Model):
+class DistilBertBackbone(Backbone):
     """The DistilBERT encoder: BERT's Transformer with half the layers, no token types and no
     pooler.
 
@@ -64,9 +65,7 @@ class DistilBertBackbone(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        if hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                             f"({num_heads})")
+        check_head_split(hidden_dim, num_heads)
         if sinusoidal_positions and hidden_dim % 2:
             raise ValueError(f"sinusoidal positions need an even hidden_dim, got {hidden_dim}")
         # === Layers ===
@@ -102,28 +101,10 @@ class DistilBertBackbone(keras.Model):
         )
 
         # === Functional model ===
-        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        x = self._embed(token_id_input)
-        for block in self.transformer_layers:
-            x = block(x, padding_mask=padding_mask_input)
-        super().__init__(
-            inputs={"token_ids": token_id_input, "padding_mask": padding_mask_input},
-            outputs={"sequence_output": x},
-            **kwargs,
-        )
-        if dtype is not None:
-            self.dtype_policy = keras.dtype_policies.get(dtype)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.sinusoidal_positions = sinusoidal_positions
+        inputs, x = encoder_graph(self, DISTILBERT_BACKBONE_INPUTS,
+                                  lambda inputs: self._embed(inputs["token_ids"]))
+        super().__init__(inputs=inputs, outputs={"sequence_output": x}, dtype=dtype,
+                         arguments=locals(), **kwargs)
 
     def _embed(self, token_ids, training=None):
         tokens = self.token_embedding(token_ids)
@@ -153,22 +134,3 @@ class DistilBertBackbone(keras.Model):
         padding_mask = keras.ops.convert_to_tensor(inputs["padding_mask"], dtype="int32")
         x = self._embed(token_ids, training=training)
         return encoder_states(self.transformer_layers, x, padding_mask, training=training)
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "sinusoidal_positions": self.sinusoidal_positions,
-            "dtype": self.dtype_policy.name,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

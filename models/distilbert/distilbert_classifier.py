@@ -5,11 +5,10 @@ import keras
 
 from lmfactory.models.distilbert.distilbert_backbone import (
     DISTILBERT_BACKBONE_INPUTS, distilbert_kernel_initializer)
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import SequenceClassifier
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class DistilBertClassifier(BackboneTask, keras.Model):
+class DistilBertClassifier(SequenceClassifier):
     """A `DistilBertBackbone` with the released classification head on the first token.
 
     DistilBERT has no pooler (§3), so the head of the released sequence classifier reads the
@@ -26,11 +25,12 @@ class DistilBertClassifier(BackboneTask, keras.Model):
         dropout: dropout rate before the classification layer.
     """
 
+    task_inputs = DISTILBERT_BACKBONE_INPUTS
+
     def __init__(self, backbone, num_classes, dropout=0.2, **kwargs):
         if int(num_classes) < 1:
             raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
         # === Layers ===
-        self.backbone = backbone
         self.pre_classifier = keras.layers.Dense(
             backbone.hidden_dim,
             activation="relu",
@@ -47,21 +47,8 @@ class DistilBertClassifier(BackboneTask, keras.Model):
             dtype=backbone.dtype_policy,
             name="logits",
         )
+        super().__init__(backbone, num_classes, dropout, **kwargs)
 
-        # === Functional model ===
-        inputs = {
-            name: keras.Input(shape=(None,), dtype="int32", name=name)
-            for name in DISTILBERT_BACKBONE_INPUTS
-        }
-        first_token = backbone(inputs)["sequence_output"][:, 0, :]
-        logits = self.output_dense(self.output_dropout(self.pre_classifier(first_token)))
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
-
-        # === Config ===
-        self.num_classes = num_classes
-        self.dropout = dropout
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"num_classes": self.num_classes, "dropout": self.dropout})
-        return config
+    def classify(self, outputs):
+        first_token = outputs["sequence_output"][:, 0, :]
+        return self.output_dense(self.output_dropout(self.pre_classifier(first_token)))

@@ -22,6 +22,19 @@ HEAD_NAMES = ("vocab_transform.", "vocab_layer_norm.", "vocab_projector.")
 TASK_HEAD_PREFIXES = HEAD_NAMES + ("pre_classifier.", "classifier.", "qa_outputs.")
 
 
+# The weight names of a DistilBERT layer (under ``transformer.layer.{i}.``).
+LAYER_NAMES = {
+    "query": "attention.q_lin",
+    "key": "attention.k_lin",
+    "value": "attention.v_lin",
+    "attention_output": "attention.out_lin",
+    "attention_layer_norm": "sa_layer_norm",
+    "intermediate": "ffn.lin1",
+    "output": "ffn.lin2",
+    "output_layer_norm": "output_layer_norm",
+}
+
+
 def backbone_config_from_huggingface(config: dict) -> dict:
     """`DistilBertBackbone` kwargs from a Hugging Face DistilBERT ``config.json``."""
     if config.get("model_type") not in MODEL_TYPES:
@@ -52,18 +65,7 @@ def load_backbone_weights(backbone: DistilBertBackbone, read: hf_utils.WeightRea
     hf_utils.set_layer_norm(backbone.embeddings_layer_norm,
                             *hf_utils.layer_norm(read, "embeddings.LayerNorm"))
     for i, block in enumerate(backbone.transformer_layers):
-        name = f"transformer.layer.{i}"
-        hf_utils.set_transformer_encoder(
-            block,
-            query=hf_utils.linear(read, f"{name}.attention.q_lin"),
-            key=hf_utils.linear(read, f"{name}.attention.k_lin"),
-            value=hf_utils.linear(read, f"{name}.attention.v_lin"),
-            attention_output=hf_utils.linear(read, f"{name}.attention.out_lin"),
-            attention_layer_norm=hf_utils.layer_norm(read, f"{name}.sa_layer_norm"),
-            intermediate=hf_utils.linear(read, f"{name}.ffn.lin1"),
-            output=hf_utils.linear(read, f"{name}.ffn.lin2"),
-            output_layer_norm=hf_utils.layer_norm(read, f"{name}.output_layer_norm"),
-        )
+        hf_utils.set_encoder_layer(block, read, f"transformer.layer.{i}.", LAYER_NAMES)
 
 
 def convert_huggingface(path: str) -> DistilBertBackbone:

@@ -3,16 +3,17 @@ as Discriminators Rather Than Generators", ICLR)."""
 
 import keras
 
+from lmfactory.models.backbone import Backbone, check_head_split
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 from lmfactory.models.encoder_utils import (add_segment_embeddings, embed_with_segments,
-                                            encoder_states, post_ln_encoder_blocks,
+                                            encoder_graph, encoder_states,
+                                            post_ln_encoder_blocks,
                                             require_inputs)
 
 ELECTRA_BACKBONE_INPUTS = ("token_ids", "padding_mask", "segment_ids")
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class ElectraBackbone(keras.Model):
+class ElectraBackbone(Backbone):
     """The Transformer encoder of ELECTRA: the discriminator, which is what fine-tuning keeps.
 
     §2: both networks are Transformer encoders; "our model architecture and most
@@ -67,9 +68,7 @@ class ElectraBackbone(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        if hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                             f"({num_heads})")
+        check_head_split(hidden_dim, num_heads)
         embedding_dim = hidden_dim if embedding_dim is None else int(embedding_dim)
         if embedding_dim <= 0:
             raise ValueError(f"embedding_dim must be positive, got {embedding_dim}")
@@ -105,27 +104,10 @@ class ElectraBackbone(keras.Model):
         )
 
         # === Functional model ===
-        inputs = {
-            name: keras.Input(shape=(None,), dtype="int32", name=name)
-            for name in ELECTRA_BACKBONE_INPUTS
-        }
-        x = self._project(self.embed(inputs))
-        for block in self.transformer_layers:
-            x = block(x, padding_mask=inputs["padding_mask"])
-        super().__init__(inputs=inputs, outputs={"sequence_output": x}, **kwargs)
-        if dtype is not None:
-            self.dtype_policy = keras.dtype_policies.get(dtype)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.embedding_dim = embedding_dim
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.num_segments = num_segments
+        inputs, x = encoder_graph(self, ELECTRA_BACKBONE_INPUTS,
+                                  lambda inputs: self._project(self.embed(inputs)))
+        super().__init__(inputs=inputs, outputs={"sequence_output": x}, dtype=dtype,
+                         arguments=locals(), **kwargs)
 
     def embed(self, inputs, training=None):
         """The shared embedding block: token + position + segment embeddings, LayerNorm,
@@ -149,23 +131,3 @@ class ElectraBackbone(keras.Model):
         x = self._project(self.embed(inputs, training=training))
         return encoder_states(self.transformer_layers, x, inputs["padding_mask"],
                               training=training)
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "embedding_dim": self.embedding_dim,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "num_segments": self.num_segments,
-            "dtype": self.dtype_policy.name,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

@@ -4,11 +4,10 @@ import keras
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 from lmfactory.models.electra.electra_backbone import ELECTRA_BACKBONE_INPUTS
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import SequenceClassifier
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class ElectraClassifier(BackboneTask, keras.Model):
+class ElectraClassifier(SequenceClassifier):
     """An `ElectraBackbone` (the pre-trained discriminator) with a classification head on
     the first token (`[CLS]`).
 
@@ -28,11 +27,12 @@ class ElectraClassifier(BackboneTask, keras.Model):
         dropout: dropout rate before each dense layer of the head.
     """
 
+    task_inputs = ELECTRA_BACKBONE_INPUTS
+
     def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
         if int(num_classes) < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
         # === Layers ===
-        self.backbone = backbone
         self.pooled_dropout = keras.layers.Dropout(
             dropout, dtype=backbone.dtype_policy, name="pooled_dropout")
         self.pooled_dense = keras.layers.Dense(
@@ -50,22 +50,9 @@ class ElectraClassifier(BackboneTask, keras.Model):
             dtype=backbone.dtype_policy,
             name="logits",
         )
+        super().__init__(backbone, int(num_classes), dropout, **kwargs)
 
-        # === Functional model ===
-        inputs = {
-            name: keras.Input(shape=(None,), dtype="int32", name=name)
-            for name in ELECTRA_BACKBONE_INPUTS
-        }
-        first_token = backbone(inputs)["sequence_output"][:, 0, :]
+    def classify(self, outputs):
+        first_token = outputs["sequence_output"][:, 0, :]
         x = self.pooled_dense(self.pooled_dropout(first_token))
-        logits = self.output_dense(self.output_dropout(x))
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
-
-        # === Config ===
-        self.num_classes = int(num_classes)
-        self.dropout = dropout
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"num_classes": self.num_classes, "dropout": self.dropout})
-        return config
+        return self.output_dense(self.output_dropout(x))

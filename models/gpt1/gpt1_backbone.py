@@ -1,15 +1,16 @@
 """GPT-1 decoder network (Radford et al. 2018, "Improving Language Understanding by
 Generative Pre-Training")."""
 
-import keras
-import keras_nlp
-
 from lmfactory.models import decoder_cache
+from lmfactory.models.backbone import Backbone, check_head_split
+from lmfactory.models.decoder_utils import (add_token_and_position_embeddings,
+                                            decoder_blocks, decoder_graph, decoder_states,
+                                            embed_tokens_and_positions,
+                                            gpt_kernel_initializer)
 from lmfactory.models.gpt2.gpt2_backbone import gelu_approximate
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class Gpt1Backbone(keras.Model):
+class Gpt1Backbone(Backbone):
     """The GPT-1 Transformer decoder, without the language-model output layer.
 
     §3.1: a multi-layer Transformer decoder (Liu et al. 2018): masked multi-headed
@@ -59,64 +60,36 @@ class Gpt1Backbone(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        if hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                             f"({num_heads})")
+        check_head_split(hidden_dim, num_heads)
         if num_layers < 1:
             raise ValueError(f"num_layers must be at least 1, got {num_layers}")
         # === Layers ===
-        # h_0 = U W_e + W_p (§3.1).
-        self.embeddings = keras_nlp.layers.TokenAndPositionEmbedding(
+        # h_0 = U W_e + W_p (§3.1), then dropout.
+        add_token_and_position_embeddings(
+            self,
             vocabulary_size=vocabulary_size,
-            sequence_length=max_sequence_length,
-            embedding_dim=hidden_dim,
-            tie_weights=True,
-            embeddings_initializer=keras.initializers.RandomNormal(stddev=0.02),
+            max_sequence_length=max_sequence_length,
+            hidden_dim=hidden_dim,
+            dropout=dropout,
             dtype=dtype,
-            name="embeddings",
         )
-        self.token_embedding = self.embeddings.token_embedding
-        self.embeddings_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embeddings_dropout"
+        # h_l = transformer_block(h_{l-1}): post-LN blocks, no final LayerNorm.
+        self.transformer_layers = decoder_blocks(
+            num_layers,
+            intermediate_dim=intermediate_dim,
+            num_heads=num_heads,
+            dropout=dropout,
+            activation=gelu_approximate,
+            layer_norm_epsilon=layer_norm_epsilon,
+            kernel_initializer=gpt_kernel_initializer,
+            normalize_first=False,
+            dtype=dtype,
         )
-        self.transformer_layers = [
-            keras_nlp.layers.TransformerDecoder(
-                intermediate_dim=intermediate_dim,
-                num_heads=num_heads,
-                dropout=dropout,
-                activation=gelu_approximate,
-                layer_norm_epsilon=layer_norm_epsilon,
-                kernel_initializer=keras.initializers.RandomNormal(stddev=0.02),
-                normalize_first=False,
-                dtype=dtype,
-                name=f"transformer_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
 
         # === Functional model ===
-        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        x = self.embeddings_dropout(self.embeddings(token_id_input))
-        for block in self.transformer_layers:
-            x = block(x, decoder_padding_mask=padding_mask_input)
-        super().__init__(
-            inputs={"token_ids": token_id_input, "padding_mask": padding_mask_input},
-            outputs={"sequence_output": x},
-            **kwargs,
-        )
-        if dtype is not None:
-            self.dtype_policy = keras.dtype_policies.get(dtype)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.layer_norm_epsilon = layer_norm_epsilon
+        inputs, outputs = decoder_graph(self)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
+                         **kwargs)
 
     def call_with_states(self, inputs, training=False):
         """The forward pass keeping every block's output, with the same layers.
@@ -124,12 +97,9 @@ class Gpt1Backbone(keras.Model):
         Returns a dict: `sequence_output` [B, T, H] and `hidden_states` (list of
         num_layers + 1 tensors [B, T, H]: h_0 after dropout, then each block's output h_l;
         the last equals `sequence_output`)."""
-        x = self.embeddings_dropout(self.embeddings(inputs["token_ids"]), training=training)
-        hidden_states = [x]
-        for block in self.transformer_layers:
-            x = block(x, decoder_padding_mask=inputs["padding_mask"], training=training)
-            hidden_states.append(x)
-        return {"sequence_output": x, "hidden_states": hidden_states}
+        x = embed_tokens_and_positions(self, inputs["token_ids"], training=training)
+        return decoder_states(self.transformer_layers, x, inputs["padding_mask"],
+                              training=training)
 
     def initial_state(self, batch_size, max_length):
         """The decoding state before any token (the protocol of `models/generation.py`): a
@@ -154,22 +124,3 @@ class Gpt1Backbone(keras.Model):
         """
         x = self.embeddings(token_ids, start_index=index)
         return decoder_cache.call_blocks_with_state(self.transformer_layers, x, state, index)
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "dtype": self.dtype_policy.name,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

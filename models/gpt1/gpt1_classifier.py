@@ -6,7 +6,7 @@ from keras import ops
 from lmfactory.models.gpt1.gpt1_preprocessor import GPT1_TASKS
 from lmfactory.models.task_losses import (batch_mean, track_loss, weighted_mean,
                                           with_regularization)
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import Task, int_inputs
 
 GPT1_CLASSIFIER_INPUTS = ("token_ids", "padding_mask")
 
@@ -36,8 +36,7 @@ def next_token_loss(lm_logits, token_ids, padding_mask):
     return weighted_mean(nll, mask[:, 1:] * mask[:, :-1])
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class Gpt1Classifier(BackboneTask, keras.Model):
+class Gpt1Classifier(Task):
     """A `Gpt1Backbone` with a linear output layer on the extract token, fine-tuned with the
     auxiliary language-modelling objective.
 
@@ -104,10 +103,7 @@ class Gpt1Classifier(BackboneTask, keras.Model):
         # === Functional model ===
         sequences = {"similarity": 2, "multiple_choice": num_classes}.get(task)
         shape = (None,) if sequences is None else (sequences, None)
-        inputs = {
-            name: keras.Input(shape=shape, dtype="int32", name=name)
-            for name in GPT1_CLASSIFIER_INPUTS
-        }
+        inputs = int_inputs(GPT1_CLASSIFIER_INPUTS, shape)
         if sequences is None:
             states, lm_logits = self._read_sequence(inputs["token_ids"],
                                                     inputs["padding_mask"])

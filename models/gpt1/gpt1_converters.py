@@ -23,8 +23,7 @@ import os
 
 from lmfactory.models import hf_utils
 from lmfactory.models.gpt1.gpt1_backbone import Gpt1Backbone
-from lmfactory.models.gpt2.gpt2_converters import (PREFIXES, check_all_read, check_tied_output,
-                                                   set_decoder_block)
+from lmfactory.models.gpt2.gpt2_converters import PREFIXES, check_all_read, set_decoder
 
 BACKBONE_SCOPES = ("tokens_embed.", "positions_embed.", "h.")
 # Hugging Face names of GELU's tanh approximation for model_type "openai-gpt".
@@ -63,19 +62,11 @@ def load_weights(backbone: Gpt1Backbone, weights: dict, source: str) -> Gpt1Back
     """Copies Hugging Face-named OpenAI GPT weights into ``backbone``; fails on a missing or
     unread backbone weight and on any shape mismatch."""
     read = hf_utils.WeightReader(weights, prefixes=PREFIXES)
-    try:
-        token_embedding = read("tokens_embed.weight")
-        hf_utils.set_embedding(backbone.token_embedding, token_embedding)
-        hf_utils.set_embedding(backbone.embeddings.position_embedding,
-                               read("positions_embed.weight"))
-        for i, block in enumerate(backbone.transformer_layers):
-            set_decoder_block(block, read, f"h.{i}")
-        check_tied_output(read, token_embedding)
+    with hf_utils.reading(source):
+        # Post-LN blocks and no final LayerNorm (§3.1).
+        set_decoder(backbone, read, token_embedding="tokens_embed.weight",
+                    position_embedding="positions_embed.weight")
         check_all_read(read, BACKBONE_SCOPES, "GPT-1")
-    except KeyError as error:
-        raise ValueError(f"{source}: {error.args[0]}") from error
-    except ValueError as error:
-        raise ValueError(f"{source}: {error}") from error
     return backbone
 
 

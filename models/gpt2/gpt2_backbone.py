@@ -1,12 +1,14 @@
 """GPT-2 decoder network (Radford et al. 2019, "Language Models are Unsupervised
 Multitask Learners")."""
 
-import math
-
 import keras
-import keras_nlp
 
 from lmfactory.models import decoder_cache
+from lmfactory.models.backbone import Backbone, check_head_split
+from lmfactory.models.decoder_utils import (add_token_and_position_embeddings,
+                                            decoder_blocks, decoder_graph,
+                                            gpt_kernel_initializer, residual_projection_kernels,
+                                            scale_residual_projections)
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -15,8 +17,38 @@ def gelu_approximate(x):
     return keras.activations.gelu(x, approximate=True)
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class GPT2Backbone(keras.Model):
+def add_gpt2_layers(model, *, vocabulary_size, max_sequence_length, hidden_dim, num_layers,
+                    dropout, layer_norm_epsilon, dtype, **block_args) -> None:
+    """Gives ``model`` GPT-2's layers (§2.3), which GPT-3 keeps (§2.1): GPT-1's token and
+    position embeddings (`add_token_and_position_embeddings`), `num_layers` blocks with the
+    LayerNorm at the input of each sub-block (`normalize_first=True`), tanh GELU and
+    N(0, 0.02) kernels, and `layer_norm`, the LayerNorm after the final block.
+    ``block_args`` go to `decoder_blocks` (the block sizes; GPT-3's block class and
+    per-layer attention patterns)."""
+    add_token_and_position_embeddings(
+        model,
+        vocabulary_size=vocabulary_size,
+        max_sequence_length=max_sequence_length,
+        hidden_dim=hidden_dim,
+        dropout=dropout,
+        dtype=dtype,
+    )
+    model.transformer_layers = decoder_blocks(
+        num_layers,
+        dropout=dropout,
+        activation=gelu_approximate,
+        layer_norm_epsilon=layer_norm_epsilon,
+        kernel_initializer=gpt_kernel_initializer,
+        normalize_first=True,
+        dtype=dtype,
+        **block_args,
+    )
+    model.layer_norm = keras.layers.LayerNormalization(
+        epsilon=layer_norm_epsilon, dtype=dtype, name="layer_norm"
+    )
+
+
+class GPT2Backbone(Backbone):
     """The GPT-2 Transformer decoder, without the language-model output layer.
 
     GPT-1 (Radford et al. 2018) §3.1: a multi-layer Transformer decoder (masked
@@ -64,84 +96,31 @@ class GPT2Backbone(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        if hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                             f"({num_heads})")
+        check_head_split(hidden_dim, num_heads)
         # === Layers ===
-        self.embeddings = keras_nlp.layers.TokenAndPositionEmbedding(
+        add_gpt2_layers(
+            self,
             vocabulary_size=vocabulary_size,
-            sequence_length=max_sequence_length,
-            embedding_dim=hidden_dim,
-            tie_weights=True,
-            embeddings_initializer=keras.initializers.RandomNormal(stddev=0.02),
+            max_sequence_length=max_sequence_length,
+            hidden_dim=hidden_dim,
+            num_layers=num_layers,
+            intermediate_dim=intermediate_dim,
+            num_heads=num_heads,
+            dropout=dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
             dtype=dtype,
-            name="embeddings",
-        )
-        self.token_embedding = self.embeddings.token_embedding
-        self.embeddings_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embeddings_dropout"
-        )
-        self.transformer_layers = [
-            keras_nlp.layers.TransformerDecoder(
-                intermediate_dim=intermediate_dim,
-                num_heads=num_heads,
-                dropout=dropout,
-                activation=gelu_approximate,
-                layer_norm_epsilon=layer_norm_epsilon,
-                kernel_initializer=keras.initializers.RandomNormal(stddev=0.02),
-                normalize_first=True,
-                dtype=dtype,
-                name=f"transformer_layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
-        self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=dtype, name="layer_norm"
         )
 
         # === Functional model ===
-        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        x = self.embeddings_dropout(self.embeddings(token_id_input))
-        for block in self.transformer_layers:
-            x = block(x, decoder_padding_mask=padding_mask_input)
-        sequence_output = self.layer_norm(x)
-        super().__init__(
-            inputs={"token_ids": token_id_input, "padding_mask": padding_mask_input},
-            outputs={"sequence_output": sequence_output},
-            **kwargs,
-        )
-        if dtype is not None:
-            self.dtype_policy = keras.dtype_policies.get(dtype)
+        inputs, outputs = decoder_graph(self, final_layer_norm=self.layer_norm)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
+                         **kwargs)
 
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.layer_norm_epsilon = layer_norm_epsilon
-
-        self._scale_residual_projections()
+        scale_residual_projections(self.transformer_layers)
 
     def residual_projection_kernels(self):
-        """The kernels that write into the residual stream: per block, the attention output
-        projection and the second MLP layer."""
-        kernels = []
-        for block in self.transformer_layers:
-            kernels.append(block._self_attention_layer._output_dense.kernel)
-            kernels.append(block._feedforward_output_dense.kernel)
-        return kernels
-
-    def _scale_residual_projections(self):
-        stddev = 0.02 / math.sqrt(2 * self.num_layers)
-        for kernel in self.residual_projection_kernels():
-            # A fresh initializer per kernel: an unseeded Keras initializer repeats its
-            # draw on every call.
-            initializer = keras.initializers.RandomNormal(stddev=stddev)
-            kernel.assign(initializer(kernel.shape, kernel.dtype))
+        """The kernels `scale_residual_projections` re-drew (GPT-2 §2.3)."""
+        return residual_projection_kernels(self.transformer_layers)
 
     def initial_state(self, batch_size, max_length):
         """The decoding state before any token (the protocol of `models/generation.py`): a
@@ -169,22 +148,3 @@ class GPT2Backbone(keras.Model):
         x, state = decoder_cache.call_blocks_with_state(self.transformer_layers, x, state,
                                                         index)
         return self.layer_norm(x), state
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "dtype": self.dtype_policy.name,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

@@ -129,23 +129,32 @@ def backbone_config(config: dict, source: str) -> dict:
     }
 
 
+def set_decoder(backbone, read: hf_utils.WeightReader, *, token_embedding: str,
+                position_embedding: str, final_layer_norm: str | None = None) -> None:
+    """A GPT backbone (`add_token_and_position_embeddings` + keras-nlp decoder blocks) from
+    an OpenAI-layout checkpoint: the token and position tables named ``token_embedding``
+    and ``position_embedding``, the blocks ``h.{i}`` (`set_decoder_block`) and, for a pre-LN
+    model, the LayerNorm after the last block; a stored output layer must be the token
+    embedding (`check_tied_output`)."""
+    tokens = read(token_embedding)
+    hf_utils.set_embedding(backbone.token_embedding, tokens)
+    hf_utils.set_embedding(backbone.embeddings.position_embedding, read(position_embedding))
+    for i, block in enumerate(backbone.transformer_layers):
+        set_decoder_block(block, read, f"h.{i}")
+    if final_layer_norm is not None:
+        hf_utils.set_layer_norm(backbone.layer_norm,
+                                *hf_utils.layer_norm(read, final_layer_norm))
+    check_tied_output(read, tokens)
+
+
 def load_weights(backbone: GPT2Backbone, weights: dict, source: str) -> GPT2Backbone:
     """Copies Hugging Face-named GPT-2 weights into ``backbone``; fails on a missing or
     unread backbone weight and on any shape mismatch."""
     read = hf_utils.WeightReader(weights, prefixes=PREFIXES)
-    try:
-        token_embedding = read("wte.weight")
-        hf_utils.set_embedding(backbone.token_embedding, token_embedding)
-        hf_utils.set_embedding(backbone.embeddings.position_embedding, read("wpe.weight"))
-        for i, block in enumerate(backbone.transformer_layers):
-            set_decoder_block(block, read, f"h.{i}")
-        hf_utils.set_layer_norm(backbone.layer_norm, *hf_utils.layer_norm(read, "ln_f"))
-        check_tied_output(read, token_embedding)
+    with hf_utils.reading(source):
+        set_decoder(backbone, read, token_embedding="wte.weight",
+                    position_embedding="wpe.weight", final_layer_norm="ln_f")
         check_all_read(read, BACKBONE_SCOPES, "GPT-2")
-    except KeyError as error:
-        raise ValueError(f"{source}: {error.args[0]}") from error
-    except ValueError as error:
-        raise ValueError(f"{source}: {error}") from error
     return backbone
 
 
@@ -159,4 +168,4 @@ def from_huggingface(path, dtype=None) -> GPT2Backbone:
 
 
 __all__ = ["backbone_config", "check_all_read", "check_tied_output", "conv1d",
-           "from_huggingface", "load_weights", "set_decoder_block"]
+           "from_huggingface", "load_weights", "set_decoder", "set_decoder_block"]

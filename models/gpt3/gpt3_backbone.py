@@ -1,17 +1,14 @@
 """GPT-3 decoder network (Brown et al. 2020, "Language Models are Few-Shot Learners")."""
 
-import math
-
-import keras
-import keras_nlp
-
 from lmfactory.models import decoder_cache
 from lmfactory.models.attention import SparseTransformerDecoder
-from lmfactory.models.gpt2.gpt2_backbone import gelu_approximate
+from lmfactory.models.backbone import Backbone
+from lmfactory.models.decoder_utils import (decoder_graph, residual_projection_kernels,
+                                            scale_residual_projections)
+from lmfactory.models.gpt2.gpt2_backbone import add_gpt2_layers
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class GPT3Backbone(keras.Model):
+class GPT3Backbone(Backbone):
     """The GPT-3 Transformer decoder, without the language-model output layer.
 
     §2.1: "We use the same model and architecture as GPT-2, including the modified
@@ -34,7 +31,7 @@ class GPT3Backbone(keras.Model):
     Banded layers compute the band without a T x T score matrix by default
     (`attention_implementation="sparse"`, blocks of `attention_band` queries against their
     own and the previous block); "masked_dense" applies the band as a mask to full
-    attention. Cached decoding (`call_with_cache`) masks the band over the cache, so
+    attention. Cached decoding (`call_with_state`) masks the band over the cache, so
     generation sees exactly what training saw.
 
     Inputs (dict of int32 [batch, seq_len], seq_len up to `max_sequence_length`):
@@ -86,90 +83,42 @@ class GPT3Backbone(keras.Model):
             raise ValueError(f"attention_band must be a positive integer or None, got "
                              f"{attention_band!r}")
         # === Layers ===
-        self.embeddings = keras_nlp.layers.TokenAndPositionEmbedding(
-            vocabulary_size=vocabulary_size,
-            sequence_length=max_sequence_length,
-            embedding_dim=hidden_dim,
-            tie_weights=True,
-            embeddings_initializer=keras.initializers.RandomNormal(stddev=0.02),
-            dtype=dtype,
-            name="embeddings",
-        )
-        self.token_embedding = self.embeddings.token_embedding
-        self.embeddings_dropout = keras.layers.Dropout(
-            dropout, dtype=dtype, name="embeddings_dropout"
-        )
+        # §2.1: GPT-2's layers, with alternating dense and locally banded attention.
         self.layer_patterns = tuple(
             "local" if attention_band is not None and i % 2 == 1 else "dense"
             for i in range(num_layers)
         )
-        self.transformer_layers = [
-            SparseTransformerDecoder(
-                intermediate_dim=intermediate_dim,
-                num_heads=num_heads,
-                head_dim=head_dim,
-                pattern=pattern,
-                stride=attention_band if pattern == "local" else None,
-                implementation=attention_implementation,
-                dropout=dropout,
-                activation=gelu_approximate,
-                layer_norm_epsilon=layer_norm_epsilon,
-                kernel_initializer=keras.initializers.RandomNormal(stddev=0.02),
-                normalize_first=True,
-                dtype=dtype,
-                name=f"transformer_layer_{i}",
-            )
-            for i, pattern in enumerate(self.layer_patterns)
-        ]
-        self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=layer_norm_epsilon, dtype=dtype, name="layer_norm"
+        add_gpt2_layers(
+            self,
+            vocabulary_size=vocabulary_size,
+            max_sequence_length=max_sequence_length,
+            hidden_dim=hidden_dim,
+            num_layers=num_layers,
+            block=SparseTransformerDecoder,
+            layer_args=lambda i: {
+                "pattern": self.layer_patterns[i],
+                "stride": attention_band if self.layer_patterns[i] == "local" else None,
+            },
+            intermediate_dim=intermediate_dim,
+            num_heads=num_heads,
+            head_dim=head_dim,
+            implementation=attention_implementation,
+            dropout=dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
+            dtype=dtype,
         )
 
         # === Functional model ===
-        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        x = self.embeddings_dropout(self.embeddings(token_id_input))
-        for block in self.transformer_layers:
-            x = block(x, decoder_padding_mask=padding_mask_input)
-        sequence_output = self.layer_norm(x)
-        super().__init__(
-            inputs={"token_ids": token_id_input, "padding_mask": padding_mask_input},
-            outputs={"sequence_output": sequence_output},
-            **kwargs,
-        )
-        if dtype is not None:
-            self.dtype_policy = keras.dtype_policies.get(dtype)
+        inputs, outputs = decoder_graph(self, final_layer_norm=self.layer_norm)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
+                         **kwargs)
 
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.head_dim = head_dim
-        self.attention_band = attention_band
-        self.attention_implementation = attention_implementation
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.layer_norm_epsilon = layer_norm_epsilon
-
-        self._scale_residual_projections()
+        # GPT-2 §2.3: residual-layer weights scaled by 1/sqrt(N), N = 2 residuals per block.
+        scale_residual_projections(self.transformer_layers)
 
     def residual_projection_kernels(self):
-        """The kernels that write into the residual stream: per block, the attention output
-        projection and the second MLP layer."""
-        kernels = []
-        for block in self.transformer_layers:
-            kernels.append(block._self_attention_layer._output_dense.kernel)
-            kernels.append(block._feedforward_output_dense.kernel)
-        return kernels
-
-    def _scale_residual_projections(self):
-        # GPT-2 §2.3: residual-layer weights scaled by 1/sqrt(N), N = 2 residuals per block.
-        stddev = 0.02 / math.sqrt(2 * self.num_layers)
-        for kernel in self.residual_projection_kernels():
-            initializer = keras.initializers.RandomNormal(stddev=stddev)
-            kernel.assign(initializer(kernel.shape, kernel.dtype))
+        """The kernels `scale_residual_projections` re-drew (GPT-2 §2.3)."""
+        return residual_projection_kernels(self.transformer_layers)
 
     def initial_state(self, batch_size, max_length):
         """The decoding state before any token (the protocol of `models/generation.py`): a
@@ -195,25 +144,3 @@ class GPT3Backbone(keras.Model):
         x, state = decoder_cache.call_blocks_with_state(self.transformer_layers, x, state,
                                                         index)
         return self.layer_norm(x), state
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "head_dim": self.head_dim,
-            "attention_band": self.attention_band,
-            "attention_implementation": self.attention_implementation,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "dtype": self.dtype_policy.name,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

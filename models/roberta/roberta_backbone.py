@@ -5,7 +5,9 @@ import keras
 import keras_nlp
 from keras import ops
 
-from lmfactory.models.encoder_utils import (add_embeddings_normalization, encoder_states,
+from lmfactory.models.backbone import Backbone, check_head_split
+from lmfactory.models.encoder_utils import (add_embeddings_normalization, encoder_graph,
+                                            encoder_states,
                                             model_inputs, normalize_embeddings,
                                             post_ln_encoder_blocks)
 from lmfactory.models.roberta.roberta_position_embedding import RobertaPositionEmbedding
@@ -20,8 +22,7 @@ def roberta_kernel_initializer(stddev=0.02):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class RobertaBackbone(keras.Model):
+class RobertaBackbone(Backbone):
     """The bidirectional Transformer encoder of RoBERTa, without a task head.
 
     §2.1 / §3.1: RoBERTa keeps BERT's architecture (Devlin et al. 2019 §3): L post-LayerNorm
@@ -73,9 +74,7 @@ class RobertaBackbone(keras.Model):
         dtype=None,
         **kwargs,
     ):
-        if hidden_dim % num_heads:
-            raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
-                             f"({num_heads})")
+        check_head_split(hidden_dim, num_heads)
         # === Layers ===
         # The MLM head ties its output projection to this matrix (as BERT and fairseq do).
         self.token_embedding = keras_nlp.layers.ReversibleEmbedding(
@@ -108,29 +107,11 @@ class RobertaBackbone(keras.Model):
         )
 
         # === Functional model ===
-        token_id_input = keras.Input(shape=(None,), dtype="int32", name="token_ids")
-        padding_mask_input = keras.Input(shape=(None,), dtype="int32", name="padding_mask")
-        x = self._embed(token_id_input, padding_mask_input)
-        for block in self.transformer_layers:
-            x = block(x, padding_mask=padding_mask_input)
-
-        super().__init__(
-            inputs={"token_ids": token_id_input, "padding_mask": padding_mask_input},
-            outputs={"sequence_output": x},
-            **kwargs,
-        )
-        if dtype is not None:
-            self.dtype_policy = keras.dtype_policies.get(dtype)
-
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.max_sequence_length = max_sequence_length
-        self.layer_norm_epsilon = layer_norm_epsilon
+        inputs, x = encoder_graph(
+            self, ROBERTA_BACKBONE_INPUTS,
+            lambda inputs: self._embed(inputs["token_ids"], inputs["padding_mask"]))
+        super().__init__(inputs=inputs, outputs={"sequence_output": x}, dtype=dtype,
+                         arguments=locals(), **kwargs)
 
     def _embed(self, token_ids, padding_mask, training=None):
         return normalize_embeddings(
@@ -153,22 +134,3 @@ class RobertaBackbone(keras.Model):
         padding_mask = ops.convert_to_tensor(inputs["padding_mask"], "int32")
         x = self._embed(token_ids, padding_mask, training=training)
         return encoder_states(self.transformer_layers, x, padding_mask, training=training)
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "dropout": self.dropout,
-            "max_sequence_length": self.max_sequence_length,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "dtype": self.dtype_policy.name,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

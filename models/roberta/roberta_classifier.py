@@ -5,11 +5,10 @@ import keras
 from lmfactory.models.encoder_utils import model_inputs
 from lmfactory.models.roberta.roberta_backbone import (ROBERTA_BACKBONE_INPUTS,
                                                        roberta_kernel_initializer)
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import SequenceClassifier
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class RobertaClassifier(BackboneTask, keras.Model):
+class RobertaClassifier(SequenceClassifier):
     """A `RobertaBackbone` with the RoBERTa classification head on the first token `<s>`.
 
     RoBERTa has no NSP pooler (§4.2), so the head brings its own: the final hidden vector of
@@ -29,11 +28,12 @@ class RobertaClassifier(BackboneTask, keras.Model):
         dropout: dropout rate before each of the two dense layers.
     """
 
+    task_inputs = ROBERTA_BACKBONE_INPUTS
+
     def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
         if int(num_classes) < 1:
             raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
         # === Layers ===
-        self.backbone = backbone
         self.pooler_dropout = keras.layers.Dropout(
             dropout, dtype=backbone.dtype_policy, name="pooler_dropout"
         )
@@ -53,25 +53,12 @@ class RobertaClassifier(BackboneTask, keras.Model):
             dtype=backbone.dtype_policy,
             name="logits",
         )
+        super().__init__(backbone, num_classes, dropout, **kwargs)
 
-        # === Functional model ===
-        inputs = {
-            name: keras.Input(shape=(None,), dtype="int32", name=name)
-            for name in ROBERTA_BACKBONE_INPUTS
-        }
-        first_token = backbone(inputs)["sequence_output"][:, 0, :]
+    def classify(self, outputs):
+        first_token = outputs["sequence_output"][:, 0, :]
         x = self.pooler_dense(self.pooler_dropout(first_token))
-        logits = self.output_dense(self.output_dropout(x))
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
-
-        # === Config ===
-        self.num_classes = num_classes
-        self.dropout = dropout
+        return self.output_dense(self.output_dropout(x))
 
     def call(self, inputs, training=None, mask=None):
         return super().call(model_inputs(self, inputs), training=training, mask=mask)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"num_classes": self.num_classes, "dropout": self.dropout})
-        return config

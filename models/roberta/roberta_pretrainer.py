@@ -1,18 +1,14 @@
 """RoBERTa's pre-training task: masked LM only (Liu et al. 2019 §4.1-§4.2)."""
 
-import keras
 import keras_nlp
 
 from lmfactory.models.encoder_utils import model_inputs
-from lmfactory.models.roberta.roberta_backbone import roberta_kernel_initializer
-from lmfactory.models.task_losses import masked_lm_objective, with_regularization
-from lmfactory.models.task_model import BackboneTask
-
-ROBERTA_PRETRAINER_INPUTS = ("token_ids", "padding_mask", "mask_positions")
+from lmfactory.models.roberta.roberta_backbone import (ROBERTA_BACKBONE_INPUTS,
+                                                       roberta_kernel_initializer)
+from lmfactory.models.task_model import MaskedLMPretrainer
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class RobertaPretrainer(BackboneTask, keras.Model):
+class RobertaPretrainer(MaskedLMPretrainer):
     """A `RobertaBackbone` with the masked-LM head, trained on the `mlm` objective.
 
     §4.2: RoBERTa drops BERT's next-sentence prediction and trains on FULL-SENTENCES inputs
@@ -43,9 +39,10 @@ class RobertaPretrainer(BackboneTask, keras.Model):
         backbone: a `RobertaBackbone`.
     """
 
+    backbone_inputs = ROBERTA_BACKBONE_INPUTS
+
     def __init__(self, backbone, **kwargs):
         # === Layers ===
-        self.backbone = backbone
         self.masked_lm_head = keras_nlp.layers.MaskedLMHead(
             token_embedding=backbone.token_embedding,
             intermediate_activation="gelu",
@@ -54,29 +51,7 @@ class RobertaPretrainer(BackboneTask, keras.Model):
             dtype=backbone.dtype_policy,
             name="masked_lm_head",
         )
-
-        # === Functional model ===
-        inputs = {
-            name: keras.Input(shape=(None,), dtype="int32", name=name)
-            for name in ROBERTA_PRETRAINER_INPUTS
-        }
-        encoded = backbone(
-            {"token_ids": inputs["token_ids"], "padding_mask": inputs["padding_mask"]}
-        )
-        mlm_logits = self.masked_lm_head(
-            encoded["sequence_output"], mask_positions=inputs["mask_positions"]
-        )
-        super().__init__(inputs=inputs, outputs={"mlm": mlm_logits}, **kwargs)
-
-        # === Metrics ===
-        self.mlm_loss_tracker = keras.metrics.Mean(name="mlm_loss")
-        self.mlm_accuracy = keras.metrics.SparseCategoricalAccuracy(name="mlm_accuracy")
+        super().__init__(backbone, self.masked_lm_head, **kwargs)
 
     def call(self, inputs, training=None, mask=None):
         return super().call(model_inputs(self, inputs), training=training, mask=mask)
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        loss = masked_lm_objective(y["mlm"] if isinstance(y, dict) else y,
-                                   y_pred["mlm"] if isinstance(y_pred, dict) else y_pred,
-                                   sample_weight, self.mlm_loss_tracker, self.mlm_accuracy)
-        return with_regularization(self, loss)

@@ -1,12 +1,9 @@
 """TinyBERT student network (Jiao et al. 2020, "TinyBERT: Distilling BERT for Natural
 Language Understanding", Findings of EMNLP, arXiv:1909.10351)."""
 
-import keras
-
 from lmfactory.models.bert.bert_backbone import BertBackbone
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
 class TinyBertBackbone(BertBackbone):
     """TinyBERT's student: BERT's architecture at a smaller size (§4.1 "TinyBERT settings").
 
