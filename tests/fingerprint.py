@@ -33,6 +33,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from synthetic_records import read_batches, write_pretraining_records  # noqa: E402
+
 VOCAB = 300
 BYTE_VOCAB = 260
 MAX_T = 32
@@ -91,23 +93,7 @@ def _trainer_config(recipe, stage):
 
 
 def _read_pretraining_batches(data_config, path):
-    from lmfactory.components.pretraining_data import features
-    dataset = features.make_dataset(path, data_config, batch_size=BATCH, shuffle=False,
-                                    repeat=False)
-    return list(_one_thread(dataset).take(2))
-
-
-def _one_thread(dataset):
-    """The dataset read by one thread: dynamic masking draws from a stateful random op in a
-    parallel map, whose draws would otherwise go to the batches in thread order."""
-    options = tf.data.Options()
-    options.threading.private_threadpool_size = 1
-    return dataset.with_options(options)
-
-
-def _feature_spec(data_config):
-    from lmfactory.components.pretraining_data import features
-    return features.feature_spec(data_config)
+    return read_batches(data_config, path, BATCH, 2)
 
 
 def _resolve_objective_config(config):
@@ -148,42 +134,6 @@ def outputs_fingerprint(outputs) -> dict:
 
 
 # --------------------------------------------------------------------------- synthetic data
-
-
-def _synthetic_value(name: str, spec, rng, vocab: int, length_hint: int):
-    shape = list(spec.shape)
-    if spec.dtype == tf.float32:
-        return rng.integers(0, 2, shape).astype("float32") if "weights" in name \
-            else rng.random(shape).astype("float32")
-    if name in ("input_mask",):
-        n = shape[0]
-        real = int(rng.integers(n // 2, n + 1))
-        return (np.arange(n) < real).astype("int64")
-    if name == "segment_ids":
-        n = shape[0]
-        return (np.arange(n) >= n // 2).astype("int64")
-    if name.endswith("labels"):
-        return rng.integers(0, 2, shape).astype("int64")
-    if name == "masked_lm_positions":
-        return np.sort(rng.choice(np.arange(1, length_hint), shape[0], replace=False)
-                       ).astype("int64")
-    return rng.integers(5, vocab, shape).astype("int64")
-
-
-def write_pretraining_records(data_config: dict, path: str, vocab: int, count: int = 4):
-    spec = _feature_spec(data_config)
-    rng = np.random.default_rng(7)
-    with tf.io.TFRecordWriter(path, options="GZIP") as writer:
-        for _ in range(count):
-            feature = {}
-            for name, one in sorted(spec.items()):
-                value = _synthetic_value(name, one, rng, vocab, int(data_config["max_seq_length"]))
-                if value.dtype.kind == "f":
-                    feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=value))
-                else:
-                    feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=value))
-            example = tf.train.Example(features=tf.train.Features(feature=feature))
-            writer.write(example.SerializeToString())
 
 
 def synthetic_inputs(model, vocab: int, seed: int = 3, length: int = 16) -> dict:

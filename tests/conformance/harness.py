@@ -404,44 +404,27 @@ def check_checkpoint_round_trip(name, tmp_path, backbone=None):
 # --------------------------------------------------------------------------- 6. training
 
 
-def pretraining_batch(objective, vocabulary_size, seed=0):
-    """A synthetic ``(x, y, sample_weight)`` batch in the format `make_dataset` yields for
-    ``objective`` (components/pretraining_data/features.py): ids int32, padding_mask bool,
-    weights float32."""
+def pretraining_batch(objective, vocabulary_size, seed=0, tmp_dir=None):
+    """One synthetic ``(x, y, sample_weight)`` batch of ``objective``: random records in the
+    objective's own record format written to a file and read back through its own reader
+    (``features.make_dataset``), so any registered objective is covered (ids int32,
+    padding_mask bool, weights float32)."""
+    import tempfile
+
+    from synthetic_records import read_batches, write_pretraining_records
+
     from lmfactory.components.pretraining_data import features
 
-    rng = np.random.default_rng(seed)
-    if objective == "causal_lm":
-        ids = rng.integers(1, vocabulary_size, (BATCH, SEQ + 1)).astype("int32")
-        token_ids, next_ids = ids[:, :-1], ids[:, 1:]
-        mask = np.ones_like(token_ids, dtype=bool)
-        x = {"token_ids": token_ids, "padding_mask": mask}
-        return x, next_ids, mask.astype("float32")
-    if objective not in features.SENTENCE_TASKS:
-        raise NotImplementedError(
-            f"The conformance harness has no synthetic batch for objective {objective!r} "
-            f"(known: causal_lm, {sorted(features.SENTENCE_TASKS)}); add it to "
-            f"tests/conformance/harness.py pretraining_batch")
-    mask = padding_mask()
-    original = (rng.integers(1, vocabulary_size, (BATCH, SEQ)) * mask).astype("int32")
-    positions = np.stack([rng.choice(np.arange(1, length - 1), NUM_PREDICTIONS, replace=False)
-                          for length in LENGTHS]).astype("int32")
-    labels = np.take_along_axis(original, positions, axis=1).astype("int32")
-    token_ids = original.copy()
-    np.put_along_axis(token_ids, positions, vocabulary_size - 1, axis=1)  # the "mask" id
-    sentence_task = features.SENTENCE_TASKS[objective]
-    if sentence_task is None:
-        segment_ids = np.zeros_like(token_ids)
-    else:
-        segment_ids = ((np.arange(SEQ) >= SEQ // 2) * mask).astype("int32")
-    x = {"token_ids": token_ids, "padding_mask": mask.astype(bool),
-         "segment_ids": segment_ids, "mask_positions": positions}
-    y = {"mlm": labels}
-    if sentence_task is not None:
-        y[sentence_task[0]] = np.array([0, 1], dtype="int32")
-    weights = np.ones((BATCH, NUM_PREDICTIONS), dtype="float32")
-    weights[1, -1] = 0.0  # a padding prediction
-    return x, y, {"mlm": weights}
+    config = features.resolve_config({"objective": objective, "max_seq_length": SEQ,
+                                      "max_predictions_per_seq": NUM_PREDICTIONS})
+    config.update(vocabulary_size=vocabulary_size, tokenizer_kind="test",
+                  special_token_ids={"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4},
+                  end_of_text_id=3)
+    with tempfile.TemporaryDirectory(dir=tmp_dir) as folder:
+        path = os.path.join(folder, f"{objective}.gz")
+        write_pretraining_records(config, path, vocabulary_size, count=BATCH, seed=seed)
+        (batch,) = read_batches(config, path, BATCH, 1)
+    return batch
 
 
 def computes_own_loss(model) -> bool:
