@@ -100,18 +100,6 @@ def test_presets_and_the_14_5m_tinybert_4():
         "num_heads"]
 
 
-def test_backbone_config_round_trip_and_save(tmp_path):
-    backbone = TinyBertBackbone(**STUDENT)
-    clone = TinyBertBackbone.from_config(backbone.get_config())
-    assert type(clone) is TinyBertBackbone and clone.get_config() == backbone.get_config()
-    path = tmp_path / "ckpt"
-    models.save_checkpoint(backbone, path, preset="tiny")
-    loaded = models.load_checkpoint("tinybert", path)
-    x = _classifier_inputs(_batch())
-    np.testing.assert_allclose(loaded(x)["sequence_output"], backbone(x)["sequence_output"],
-                               atol=1e-6)
-
-
 # --------------------------------------------------------------------------- layer mapping
 
 
