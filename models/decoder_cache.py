@@ -17,7 +17,8 @@ a single leaf with the batch axis first. It is position-addressed, as the protoc
 a call at ``index`` reads the keys/values of positions < ``index`` and overwrites those of
 ``index, ...``, so running a position again replaces its entries.
 
-A backbone implements the protocol with the helpers below:
+A backbone implements the protocol by inheriting `KeyValueCacheDecoding`, built on the
+helpers below:
 
 * ``initial_state(batch_size, max_length)``: a zero cache (this module's `initial_state`);
 * ``call_with_state(token_ids, state, index) -> (hidden, state)``: embeds the tokens at
@@ -66,4 +67,61 @@ def call_blocks_with_state(blocks, x, state, index, block_input=None):
     return x, ops.stack(next_state, axis=1)
 
 
-__all__ = ["call_blocks_with_state", "initial_state"]
+class KeyValueCacheDecoding:
+    """The decoding-state protocol of a Transformer decoder backbone over this module's
+    key/value cache. Put it before `Backbone` in the bases. The host has
+    ``transformer_layers`` (blocks taking ``self_attention_cache`` /
+    ``self_attention_cache_update_index``) and ``num_heads``, and may override three hooks:
+
+    * ``state_head_dim``: the per-head width of the keys/values (``hidden_dim // num_heads``);
+    * ``embed_positions(token_ids, index)``: the block inputs of the tokens at positions
+      ``index, ...`` (default: ``embeddings(token_ids, start_index=index)``, a keras-nlp
+      token-and-position embedding);
+    * ``block_input_at(index)``: ``fn(i, x) -> x`` applied to block ``i``'s input, or None;
+    * ``final_output(x)``: the backbone's output of the last block's (default: the final
+      ``layer_norm``, pre-LN stacks).
+    """
+
+    @property
+    def state_head_dim(self) -> int:
+        return self.hidden_dim // self.num_heads
+
+    def embed_positions(self, token_ids, index):
+        return self.embeddings(token_ids, start_index=index)
+
+    def block_input_at(self, index):
+        del index
+        return None
+
+    def final_output(self, x):
+        return self.layer_norm(x)
+
+    def initial_state(self, batch_size, max_length):
+        """The decoding state before any token (the protocol of `models/generation.py`): a
+        zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]."""
+        return initial_state(self.transformer_layers, batch_size, max_length, self.num_heads,
+                             self.state_head_dim)
+
+    def call_with_state(self, token_ids, state, index):
+        """Runs ``token_ids`` (the tokens at positions ``index``, ...) through the network at
+        inference, reusing the keys/values of earlier positions from ``state``; the
+        decoding-state protocol `CausalLMGeneration.generate_ids` decodes with.
+
+        Args:
+            token_ids: int [batch, n] (n = 1 while generating, or the whole padded prompt
+                with ``index = 0`` to fill the cache).
+            state: float [batch, num_layers, 2, max_length, num_heads, head_dim], e.g. from
+                `initial_state`.
+            index: int scalar (may be a tensor), position of ``token_ids[:, 0]``.
+
+        Returns:
+            (hidden [batch, n, hidden_dim], the backbone's output at those positions; the
+            updated state).
+        """
+        x = self.embed_positions(token_ids, index)
+        x, state = call_blocks_with_state(self.transformer_layers, x, state, index,
+                                          block_input=self.block_input_at(index))
+        return self.final_output(x), state
+
+
+__all__ = ["KeyValueCacheDecoding", "call_blocks_with_state", "initial_state"]

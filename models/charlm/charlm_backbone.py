@@ -14,7 +14,7 @@ from lmfactory.models.decoder_utils import (DECODER_INPUTS, decoder_blocks, deco
 from lmfactory.models.encoder_utils import require_inputs
 
 
-class CharTransformerBackbone(Backbone):
+class CharTransformerBackbone(decoder_cache.KeyValueCacheDecoding, Backbone):
     """A deep causal Transformer over characters, without its output classifiers.
 
     §2: `num_layers` Transformer layers, each a multi-head self-attention sub-layer followed
@@ -176,34 +176,17 @@ class CharTransformerBackbone(Backbone):
         states["sequence_output"] = self.layer_norm(states["sequence_output"])
         return states
 
-    def initial_state(self, batch_size, max_length):
-        """The decoding state before any character (the protocol of `models/generation.py`):
-        a zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
-        (`models/decoder_cache.py`)."""
-        return decoder_cache.initial_state(self.transformer_layers, batch_size, max_length,
-                                           self.num_heads, self.hidden_dim // self.num_heads)
+    def embed_positions(self, token_ids, index):
+        """The characters' embeddings only: every layer adds its own positional embeddings
+        (`block_input_at`)."""
+        del index
+        return self._embed(ops.convert_to_tensor(token_ids, dtype="int32"))
 
-    def call_with_state(self, token_ids, state, index):
-        """Runs `token_ids` (the characters at positions `index`, ...) at inference, reusing
-        the keys/values of earlier positions from `state`; each layer adds its own
-        positional embeddings of those positions (§2, "Positional Embeddings"), so the
-        cached keys and values of layer i were computed from inputs that carried layer i's
-        embedding of their position.
-
-        Args:
-            token_ids: int [batch, n].
-            state: float [batch, num_layers, 2, max_length, num_heads, head_dim].
-            index: int scalar (may be a tensor), position of `token_ids[:, 0]`.
-
-        Returns:
-            (hidden [batch, n, hidden_dim] after the final LayerNorm, updated state).
-        """
-        x = self._embed(ops.convert_to_tensor(token_ids, dtype="int32"))
-
+    def block_input_at(self, index):
+        """Each layer adds its own positional embeddings of the positions ``index, ...``
+        (§2, "Positional Embeddings"), so the cached keys and values of layer i were
+        computed from inputs that carried layer i's embedding of their position."""
         def add_position_embedding(i, x):
-            position_embedding = self.position_embeddings[i]
-            return ops.add(x, position_embedding(x, start_index=index))
+            return ops.add(x, self.position_embeddings[i](x, start_index=index))
 
-        x, state = decoder_cache.call_blocks_with_state(
-            self.transformer_layers, x, state, index, block_input=add_position_embedding)
-        return self.layer_norm(x), state
+        return add_position_embedding

@@ -10,7 +10,7 @@ from lmfactory.models.decoder_utils import (add_token_and_position_embeddings,
 from lmfactory.models.gpt2.gpt2_backbone import gelu_approximate
 
 
-class Gpt1Backbone(Backbone):
+class Gpt1Backbone(decoder_cache.KeyValueCacheDecoding, Backbone):
     """The GPT-1 Transformer decoder, without the language-model output layer.
 
     §3.1: a multi-layer Transformer decoder (Liu et al. 2018): masked multi-headed
@@ -101,26 +101,7 @@ class Gpt1Backbone(Backbone):
         return decoder_states(self.transformer_layers, x, inputs["padding_mask"],
                               training=training)
 
-    def initial_state(self, batch_size, max_length):
-        """The decoding state before any token (the protocol of `models/generation.py`): a
-        zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
-        (`models/decoder_cache.py`)."""
-        return decoder_cache.initial_state(self.transformer_layers, batch_size, max_length,
-                                           self.num_heads, self.hidden_dim // self.num_heads)
-
-    def call_with_state(self, token_ids, state, index):
-        """Runs `token_ids` (the tokens at positions `index`, ...) through the network at
-        inference, reusing the keys/values of earlier positions from `state`; the
-        decoding-state protocol `CausalLMGeneration.generate_ids` decodes with.
-
-        Args:
-            token_ids: int [batch, n] (n = 1 while generating, or the whole padded prompt
-                with `index = 0` to fill the cache).
-            state: float [batch, num_layers, 2, max_length, num_heads, head_dim].
-            index: int scalar (may be a tensor), position of `token_ids[:, 0]`.
-
-        Returns:
-            (hidden [batch, n, hidden_dim], the last block's output; updated state).
-        """
-        x = self.embeddings(token_ids, start_index=index)
-        return decoder_cache.call_blocks_with_state(self.transformer_layers, x, state, index)
+    def final_output(self, x):
+        """Post-LN blocks (§3.1, as the original Transformer): the last block's output is the
+        backbone's; there is no final LayerNorm."""
+        return x

@@ -48,7 +48,7 @@ def add_gpt2_layers(model, *, vocabulary_size, max_sequence_length, hidden_dim, 
     )
 
 
-class GPT2Backbone(Backbone):
+class GPT2Backbone(decoder_cache.KeyValueCacheDecoding, Backbone):
     """The GPT-2 Transformer decoder, without the language-model output layer.
 
     GPT-1 (Radford et al. 2018) §3.1: a multi-layer Transformer decoder (masked
@@ -121,30 +121,3 @@ class GPT2Backbone(Backbone):
     def residual_projection_kernels(self):
         """The kernels `scale_residual_projections` re-drew (GPT-2 §2.3)."""
         return residual_projection_kernels(self.transformer_layers)
-
-    def initial_state(self, batch_size, max_length):
-        """The decoding state before any token (the protocol of `models/generation.py`): a
-        zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
-        (`models/decoder_cache.py`)."""
-        return decoder_cache.initial_state(self.transformer_layers, batch_size, max_length,
-                                           self.num_heads, self.hidden_dim // self.num_heads)
-
-    def call_with_state(self, token_ids, state, index):
-        """Runs `token_ids` (the tokens at positions `index`, ...) through the network at
-        inference, reusing the keys/values of earlier positions from `state`; the
-        decoding-state protocol `CausalLMGeneration.generate_ids` decodes with.
-
-        Args:
-            token_ids: int [batch, n], usually n = 1 during generation, or the whole padded
-                prompt with `index = 0` to fill the cache.
-            state: float [batch, num_layers, 2, max_length, num_heads, head_dim], e.g. from
-                `initial_state`.
-            index: int scalar (may be a tensor), position of `token_ids[:, 0]`.
-
-        Returns:
-            (hidden [batch, n, hidden_dim] after the final LayerNorm, updated state).
-        """
-        x = self.embeddings(token_ids, start_index=index)
-        x, state = decoder_cache.call_blocks_with_state(self.transformer_layers, x, state,
-                                                        index)
-        return self.layer_norm(x), state

@@ -8,7 +8,7 @@ from lmfactory.models.decoder_utils import (decoder_graph, residual_projection_k
 from lmfactory.models.gpt2.gpt2_backbone import add_gpt2_layers
 
 
-class GPT3Backbone(Backbone):
+class GPT3Backbone(decoder_cache.KeyValueCacheDecoding, Backbone):
     """The GPT-3 Transformer decoder, without the language-model output layer.
 
     §2.1: "We use the same model and architecture as GPT-2, including the modified
@@ -120,27 +120,6 @@ class GPT3Backbone(Backbone):
         """The kernels `scale_residual_projections` re-drew (GPT-2 §2.3)."""
         return residual_projection_kernels(self.transformer_layers)
 
-    def initial_state(self, batch_size, max_length):
-        """The decoding state before any token (the protocol of `models/generation.py`): a
-        zero key/value cache [batch, num_layers, 2, max_length, num_heads, head_dim]
-        (`models/decoder_cache.py`)."""
-        return decoder_cache.initial_state(self.transformer_layers, batch_size, max_length,
-                                           self.num_heads, self.head_dim)
-
-    def call_with_state(self, token_ids, state, index):
-        """Runs `token_ids` (the tokens at positions `index`, ...) through the network at
-        inference, reusing the keys/values of earlier positions from `state`; banded
-        layers attend only within their band of the cache.
-
-        Args:
-            token_ids: int [batch, n].
-            state: float [batch, num_layers, 2, max_length, num_heads, head_dim].
-            index: int scalar (may be a tensor), position of `token_ids[:, 0]`.
-
-        Returns:
-            (hidden [batch, n, hidden_dim] after the final LayerNorm, updated state).
-        """
-        x = self.embeddings(token_ids, start_index=index)
-        x, state = decoder_cache.call_blocks_with_state(self.transformer_layers, x, state,
-                                                        index)
-        return self.layer_norm(x), state
+    @property
+    def state_head_dim(self) -> int:
+        return self.head_dim
