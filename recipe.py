@@ -132,8 +132,9 @@ def _task_preset_defaults(raw: dict) -> dict:
     source = (raw.get("data") or {}).get("task") if isinstance(raw.get("data"), dict) else None
     if not isinstance(source, dict) or "glue" not in source:
         finetuning = raw.get("finetuning")
-        if isinstance(finetuning, dict) and finetuning.get("task") == "regression":
-            return {"finetuning": {"num_classes": 1}}  # one output unless the recipe says
+        task = finetuning.get("task") if isinstance(finetuning, dict) else None
+        if task in task_kinds.recipe_tasks():
+            return {"finetuning": dict(task_kinds.for_recipe(task).finetuning_defaults)}
         return {}
     from lmfactory.components.example_gen import glue
 

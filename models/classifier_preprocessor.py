@@ -17,8 +17,9 @@ import keras
 import keras_nlp
 import tensorflow as tf
 
+from lmfactory.models.registry import SEGMENT_LAYOUTS as LAYOUTS
+
 BERT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}
-LAYOUTS = ("bert", "roberta")
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")

@@ -37,6 +37,7 @@ CLASSIFICATION = registry.register(registry.TaskKind(
 REGRESSION = registry.register(registry.TaskKind(
     name=task_data.REGRESSION, module=__name__, metrics=("pearson", "spearman", "mse"),
     official_metrics=(), task_args=None, head="classification",
+    finetuning_defaults=(("num_classes", 1),),  # one output
     required_record_keys=RECORD_KEYS))
 
 

@@ -23,6 +23,8 @@ class TaskKind:
     recipe_task: Optional[str] = None  # finetuning.task value when it is not ``name``
     data_section: str = "task"  # data.<section> its fine-tuning records come from
     in_recipes: bool = True  # False: a kind only written by a component (an import)
+    # Recipe ``finetuning`` defaults the kind brings (the recipe's own values win).
+    finetuning_defaults: tuple = ()  # (key, value) pairs
     # The task record fields the Trainer needs (checked by TrainerConfig).
     required_record_keys: tuple = ("kind", "sequence_length")
 
