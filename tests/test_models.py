@@ -12,7 +12,7 @@ import tensorflow as tf
 from lmfactory import models
 from lmfactory.models import registry
 from lmfactory.models.bert import BertBackbone, BertClassifier, BertPretrainer
-from lmfactory.models.gpt2 import GPT2Backbone, GPT2CausalLM
+from lmfactory.models.gpt2 import GPT2CausalLM
 
 VOCAB = 1000  # tiny vocabulary keeps the tiny presets fast
 BATCH, SEQ, PREDS = 3, 12, 4
@@ -139,17 +139,9 @@ def test_build_applies_overrides():
 # --------------------------------------------------------------------------- BERT
 
 
-def test_bert_output_shapes_and_dtypes(bert):
+def test_bert_pooled_output_is_tanh_dense_of_cls(bert):
+    # Shapes, dtypes and variable lengths: the conformance harness (check_forward).
     outputs = bert(_bert_inputs())
-    assert set(outputs) == {"sequence_output", "pooled_output"}
-    assert tuple(outputs["sequence_output"].shape) == (BATCH, SEQ, 128)
-    assert tuple(outputs["pooled_output"].shape) == (BATCH, 128)
-    assert outputs["sequence_output"].dtype == tf.float32
-    assert set(bert.input) == {"token_ids", "padding_mask", "segment_ids"}
-    assert all(t.dtype == "int32" and tuple(t.shape) == (None, None) for t in bert.input.values())
-    # Variable sequence length.
-    short = {k: v[:, :5] for k, v in _bert_inputs().items()}
-    assert tuple(bert(short)["sequence_output"].shape) == (BATCH, 5, 128)
     # Pooled output is tanh(Dense(h_[CLS])).
     pooled = np.asarray(outputs["pooled_output"])
     assert np.all(np.abs(pooled) <= 1.0)
@@ -276,15 +268,13 @@ def test_bert_tasks_keras_save_load(bert, tmp_path):
 # --------------------------------------------------------------------------- GPT-2
 
 
-def test_gpt2_output_shapes_and_dtypes(gpt2, causal_lm):
+def test_gpt2_tied_logits_and_parameter_count(gpt2, causal_lm):
+    # Shapes and dtypes: the conformance harness (check_forward, check_head causal_lm).
     inputs = _gpt2_inputs()
     outputs = gpt2(inputs)
-    assert set(outputs) == {"sequence_output"}
-    assert tuple(outputs["sequence_output"].shape) == (BATCH, SEQ, 128)
-    assert outputs["sequence_output"].dtype == tf.float32
-    assert set(gpt2.input) == {"token_ids", "padding_mask"}
+    assert set(outputs) == {"sequence_output"}  # no pooler
+    assert set(gpt2.input) == {"token_ids", "padding_mask"}  # no segments
     logits = causal_lm(inputs)
-    assert tuple(logits.shape) == (BATCH, SEQ, VOCAB) and logits.dtype == tf.float32
     # Output layer tied to the token embedding.
     expected = np.asarray(outputs["sequence_output"]) @ gpt2.token_embedding.embeddings.numpy().T
     np.testing.assert_allclose(np.asarray(logits), expected, atol=1e-4)
@@ -321,13 +311,8 @@ def test_gpt2_residual_projection_init():
         assert kernel.numpy().std() == pytest.approx(0.02, rel=0.05), kernel.path
 
 
-def test_gpt2_config_round_trip(gpt2, causal_lm):
-    config = gpt2.get_config()
-    json.dumps(config)
-    clone = GPT2Backbone.from_config(config)
-    assert clone.get_config() == config
-    clone.set_weights(gpt2.get_weights())
-    _assert_outputs_equal(gpt2(_gpt2_inputs()), clone(_gpt2_inputs()))
+def test_gpt2_causal_lm_config_round_trip(causal_lm):
+    # The backbone's round trip: the conformance harness (check_config_round_trip).
     lm_config = causal_lm.get_config()
     lm_clone = GPT2CausalLM.from_config(json.loads(json.dumps(lm_config)))
     assert lm_clone.get_config() == lm_config
@@ -341,7 +326,7 @@ def test_gpt2_causal_lm_keras_save_load(causal_lm, tmp_path):
     _assert_outputs_equal(causal_lm(_gpt2_inputs()), restored(_gpt2_inputs()))
 
 
-def test_gpt2_loss_matches_numpy_and_fit_reduces_it():
+def test_gpt2_loss_matches_numpy_and_fit_reports_nll():
     keras.utils.set_random_seed(11)
     lm = GPT2CausalLM(models.build("gpt2", "tiny", vocabulary_size=VOCAB))
     rng = np.random.default_rng(5)
@@ -360,8 +345,7 @@ def test_gpt2_loss_matches_numpy_and_fit_reduces_it():
     lm.compile(optimizer=keras.optimizers.Adam(3e-3))
     history = lm.fit(tf.data.Dataset.from_tensors((x, y, weights)).repeat(8), verbose=0)
     assert "nll" in history.history
-    after = float(lm.compute_loss(x, y, lm(x), weights, training=False))
-    assert after < loss - 0.5, (loss, after)
+    # That training lowers the loss: the conformance harness (check_pretraining_objective).
 
 
 # --------------------------------------------------------------------------- generation
@@ -482,17 +466,13 @@ def test_generation_rejects_too_long(causal_lm):
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2"])
-def test_checkpoint_round_trip(name, bert, gpt2, tmp_path):
+def test_checkpoint_folder_and_wrong_architecture(name, bert, gpt2, tmp_path):
+    # The restored outputs and config: the conformance harness (check_checkpoint_round_trip).
     backbone = {"bert": bert, "gpt2": gpt2}[name]
-    inputs = _bert_inputs() if name == "bert" else _gpt2_inputs()
     models.save_checkpoint(backbone, tmp_path / "ckpt", preset="tiny")
     config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
     assert config["architecture"] == name and config["preset"] == "tiny"
     assert (tmp_path / "ckpt" / "model.weights.h5").exists()
-    restored = models.load_checkpoint(name, tmp_path / "ckpt")
-    assert type(restored) is type(backbone)
-    assert restored.get_config() == backbone.get_config()
-    _assert_outputs_equal(backbone(inputs), restored(inputs))
     other = "gpt2" if name == "bert" else "bert"
     with pytest.raises(ValueError, match=name):
         models.load_checkpoint(other, tmp_path / "ckpt")
