@@ -120,11 +120,9 @@ def test_backbone_rejects_bad_arguments():
 # --------------------------------------------------------------------------- backbone
 
 
-def test_backbone_outputs_and_factorised_embedding():
+def test_factorised_embedding():
+    # Output shapes (all-shared, E != H): the conformance harness (check_forward).
     backbone = _backbone()
-    outputs = backbone(_inputs())
-    assert tuple(outputs["sequence_output"].shape) == (BATCH, SEQ, 32)
-    assert tuple(outputs["pooled_output"].shape) == (BATCH, 32)
     # §3.1: the vocabulary lives in an E-sized space, projected to H.
     assert tuple(backbone.token_embedding.embeddings.shape) == (VOCAB, 16)
     assert isinstance(backbone.token_embedding, keras_nlp.layers.ReversibleEmbedding)
@@ -290,8 +288,7 @@ def test_pretrainer_loss_matches_numpy():
 def test_classifier():
     backbone = _backbone()
     classifier = AlbertClassifier(backbone, num_classes=3)
-    logits = classifier(_inputs())
-    assert tuple(logits.shape) == (BATCH, 3)
+    # Logits shape: the conformance harness (check_head classification).
     assert set(classifier.input) == {"token_ids", "padding_mask", "segment_ids"}
     assert classifier.count_params() == backbone.count_params() + 32 * 3 + 3
     with pytest.raises(ValueError, match="num_classes"):
