@@ -197,7 +197,8 @@ def test_cached_generation_equals_full_recompute(causal_lm):
     np.testing.assert_array_equal(np.asarray(traced["token_ids"]), token_ids)
 
 
-def test_causal_lm_loss_matches_numpy_and_training_reduces_it():
+def test_causal_lm_loss_matches_numpy():
+    # That training lowers it: the conformance harness (check_pretraining_objective).
     keras.utils.set_random_seed(11)
     lm = Gpt1CausalLM(models.build("gpt1", "tiny", **TINY))
     rng = np.random.default_rng(5)
@@ -211,21 +212,11 @@ def test_causal_lm_loss_matches_numpy_and_training_reduces_it():
     nll = -np.take_along_axis(_log_softmax(y_pred), y[..., None], axis=-1)[..., 0]
     assert loss == pytest.approx((weights * nll).sum() / weights.sum(), rel=1e-5)
 
-    lm.compile(optimizer=keras.optimizers.Adam(3e-3))
-    lm.fit(tf.data.Dataset.from_tensors((x, y, weights)).repeat(8), verbose=0)
-    after = float(lm.compute_loss(x, y, lm(x), weights, training=False))
-    print(f"\nGPT-1 causal LM loss: {loss:.4f} -> {after:.4f} after 8 steps")
-    assert after < loss - 0.5, (loss, after)
 
-
-def test_backbone_and_causal_lm_configs_and_keras_files(backbone, causal_lm, tmp_path):
-    config = backbone.get_config()
-    clone = Gpt1Backbone.from_config(json.loads(json.dumps(config)))
-    assert clone.get_config() == config
-    clone.set_weights(backbone.get_weights())
+def test_causal_lm_config_and_keras_file(causal_lm, tmp_path):
+    # The backbone's config, checkpoint folder and .keras round trips: the conformance
+    # harness (check_config_round_trip, check_checkpoint_round_trip).
     x = _inputs()
-    np.testing.assert_array_equal(np.asarray(clone(x)["sequence_output"]),
-                                  np.asarray(backbone(x)["sequence_output"]))
     lm_config = causal_lm.get_config()
     assert Gpt1CausalLM.from_config(json.loads(json.dumps(lm_config))).get_config() == lm_config
 
@@ -233,11 +224,6 @@ def test_backbone_and_causal_lm_configs_and_keras_files(backbone, causal_lm, tmp
     restored = keras.models.load_model(tmp_path / "lm.keras")
     assert isinstance(restored, Gpt1CausalLM) and isinstance(restored.backbone, Gpt1Backbone)
     np.testing.assert_array_equal(np.asarray(restored(x)), np.asarray(causal_lm(x)))
-    # The lmfactory checkpoint folder round trip.
-    models.save_checkpoint(backbone, tmp_path / "ckpt", preset="tiny")
-    loaded = models.load_checkpoint("gpt1", tmp_path / "ckpt")
-    np.testing.assert_array_equal(np.asarray(loaded(x)["sequence_output"]),
-                                  np.asarray(backbone(x)["sequence_output"]))
 
 
 def test_causal_lm_rejects_an_encoder_backbone():
