@@ -245,28 +245,24 @@ def test_cached_greedy_generation_equals_full_recompute(backbone):
 # --------------------------------------------------------------------------- serialization
 
 
-def test_config_round_trip(backbone):
+def test_config_keeps_band_head_dim_and_layer_patterns(backbone):
+    # Identical outputs after the round trip: the conformance harness
+    # (check_config_round_trip).
     config = backbone.get_config()
     assert config["attention_band"] == BAND and config["head_dim"] == 16
     clone = GPT3Backbone.from_config(config)
-    clone.set_weights(backbone.get_weights())
-    np.testing.assert_array_equal(np.asarray(clone(_inputs())["sequence_output"]),
-                                  np.asarray(backbone(_inputs())["sequence_output"]))
     assert clone.layer_patterns == backbone.layer_patterns
 
 
-def test_keras_save_load_and_checkpoint(backbone, tmp_path):
+def test_causal_lm_keras_save_load(backbone, tmp_path):
+    # The backbone's checkpoint folder and .keras round trips: the conformance harness
+    # (check_checkpoint_round_trip).
     lm = GPT2CausalLM(backbone)
     lm.save(tmp_path / "lm.keras")
     restored = keras.models.load_model(tmp_path / "lm.keras")
     assert isinstance(restored.backbone, GPT3Backbone)
     assert restored.backbone.attention_band == BAND
     np.testing.assert_array_equal(np.asarray(restored(_inputs())), np.asarray(lm(_inputs())))
-
-    models.save_checkpoint(backbone, tmp_path / "ckpt", preset="tiny")
-    loaded = models.load_checkpoint("gpt3", tmp_path / "ckpt")
-    np.testing.assert_array_equal(np.asarray(loaded(_inputs())["sequence_output"]),
-                                  np.asarray(backbone(_inputs())["sequence_output"]))
 
 
 # --------------------------------------------------------------------------- training
