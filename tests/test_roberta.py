@@ -118,14 +118,11 @@ def test_bad_arguments_fail_clearly():
 # --------------------------------------------------------------------------- backbone
 
 
-def test_output_shapes_and_inputs(roberta):
+def test_inputs_and_no_pooler(roberta):
+    # Shapes, dtypes and variable lengths: the conformance harness (check_forward).
     outputs = roberta(_inputs())
     assert set(outputs) == {"sequence_output"}  # no NSP pooler (§4.2)
-    assert tuple(outputs["sequence_output"].shape) == (BATCH, SEQ, H)
-    assert outputs["sequence_output"].dtype == tf.float32
     assert set(roberta.input) == {"token_ids", "padding_mask"}
-    short = {k: v[:, :5] for k, v in _inputs().items()}
-    assert tuple(roberta(short)["sequence_output"].shape) == (BATCH, 5, H)
 
 
 def test_extra_inputs_are_ignored(roberta):
@@ -237,19 +234,11 @@ def test_call_with_states(roberta):
                                np.asarray(states["sequence_output"]), atol=1e-6)
 
 
-def test_config_round_trip_and_checkpoint(roberta, tmp_path):
+def test_config_epsilon_and_no_segments(roberta):
+    # The config, checkpoint folder and .keras round trips: the conformance harness
+    # (check_config_round_trip, check_checkpoint_round_trip).
     config = roberta.get_config()
-    json.dumps(config)
     assert config["layer_norm_epsilon"] == 1e-5 and "num_segments" not in config
-    clone = RobertaBackbone.from_config(config)
-    assert clone.get_config() == config
-    clone.set_weights(roberta.get_weights())
-    _assert_outputs_equal(roberta(_inputs()), clone(_inputs()))
-    models.save_checkpoint(roberta, tmp_path / "ckpt", preset="tiny")
-    assert models.checkpoint_format(tmp_path / "ckpt") == "lmfactory"
-    loaded = models.load_checkpoint("roberta", tmp_path / "ckpt")
-    assert isinstance(loaded, RobertaBackbone)
-    _assert_outputs_equal(roberta(_inputs()), loaded(_inputs()))
 
 
 # --------------------------------------------------------------------------- pretrainer
@@ -322,7 +311,7 @@ def test_classifier(roberta):
     classifier = RobertaClassifier(roberta, num_classes=3)
     inputs = _inputs()
     logits = classifier(dict(inputs, segment_ids=np.zeros_like(inputs["token_ids"])))
-    assert tuple(logits.shape) == (BATCH, 3) and logits.dtype == tf.float32
+    # Logits shape and dtype: the conformance harness (check_head classification).
     assert set(classifier.input) == {"token_ids", "padding_mask"}
     assert classifier.backbone is roberta
     assert classifier.count_params() == roberta.count_params() + (H * H + H) + (H * 3 + 3)
