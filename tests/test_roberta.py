@@ -311,7 +311,7 @@ def test_classifier(roberta):
     classifier = RobertaClassifier(roberta, num_classes=3)
     inputs = _inputs()
     logits = classifier(dict(inputs, segment_ids=np.zeros_like(inputs["token_ids"])))
-    # Logits shape and dtype: the conformance harness (check_head classification).
+    # Logits shape: the conformance harness (check_head classification).
     assert set(classifier.input) == {"token_ids", "padding_mask"}
     assert classifier.backbone is roberta
     assert classifier.count_params() == roberta.count_params() + (H * H + H) + (H * 3 + 3)
