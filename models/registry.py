@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Optional
 
+from lmfactory.models.named_registry import NamedRegistry
+
 # Families (what a backbone is, which heads and objectives fit it):
 # "encoder": bidirectional Transformer encoders (BERT, RoBERTa, ...);
 # "decoder": left-to-right Transformer decoders (GPT-1/2/3, the char Transformer LM);
@@ -174,41 +176,26 @@ class Architecture:
         return self.converters[checkpoint_format]
 
 
-_REGISTRY: dict[str, Architecture] = {}
-
-
-def unregister(name: str) -> None:
-    """Removes architecture ``name`` (for tests that register a temporary one)."""
-    _REGISTRY.pop(name, None)
-
-
-def register(arch: Architecture) -> Architecture:
-    """Adds ``arch`` under ``arch.name``; re-registering the same record is a no-op."""
-    existing = _REGISTRY.get(arch.name)
-    if existing is not None and existing != arch:
-        raise ValueError(f"Architecture {arch.name!r} is already registered "
-                         f"(backbone {existing.backbone_cls.__name__})")
-    _REGISTRY[arch.name] = arch
-    return arch
-
-
-def get(name: str) -> Architecture:
-    if name not in _REGISTRY:
-        raise ValueError(f"Unknown architecture {name!r}; known architectures: {names()}")
-    return _REGISTRY[name]
+_ARCHITECTURES = NamedRegistry(
+    "architecture", unknown="Unknown architecture {name!r}; known architectures: {names}")
+register = _ARCHITECTURES.register  # each model folder's __init__ registers its record
+unregister = _ARCHITECTURES.unregister
+registered = _ARCHITECTURES.registered
+get = _ARCHITECTURES.get
 
 
 def names() -> list[str]:
-    return sorted(_REGISTRY)
+    """The registered architectures, sorted."""
+    return sorted(_ARCHITECTURES.names())
 
 
 def find_by_backbone(backbone) -> Architecture:
     """The architecture whose ``backbone_cls`` built ``backbone`` (an instance or class)."""
     cls = backbone if isinstance(backbone, type) else type(backbone)
-    for arch in _REGISTRY.values():
+    for arch in _ARCHITECTURES.records():
         if cls is arch.backbone_cls:
             return arch
-    for arch in _REGISTRY.values():
+    for arch in _ARCHITECTURES.records():
         if issubclass(cls, arch.backbone_cls):
             return arch
     raise ValueError(f"{cls.__name__} is not the backbone of a registered architecture "
@@ -217,4 +204,4 @@ def find_by_backbone(backbone) -> Architecture:
 
 def find_by_hf_model_type(model_type: str) -> list[Architecture]:
     """Architectures whose Hugging Face converter reads ``model_type``."""
-    return [arch for arch in _REGISTRY.values() if model_type in arch.hf_model_types]
+    return [arch for arch in _ARCHITECTURES.records() if model_type in arch.hf_model_types]

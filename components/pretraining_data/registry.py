@@ -7,14 +7,16 @@ interface. The Beam pipeline (``executor.py``), the config checks and the tf.dat
 (``features.py``) ask the record what to do, so a new objective is a new module plus one
 import line, not edits across the folder.
 
-This module imports nothing from the package, so every objective module can import it.
+This module imports nothing from its own package (only the shared `NamedRegistry`), so every
+objective module can import it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
+
+from lmfactory.models.named_registry import NamedRegistry
 
 # How `executor._TokenizeDocuments` turns a corpus document (CONTRACTS §1: sentences joined by
 # "\n") into what ``shard_examples`` receives:
@@ -86,41 +88,15 @@ class Objective:
                              f"{DOCUMENT_FORMATS}, got {self.document!r}")
 
 
-_REGISTRY: dict[str, Objective] = {}
-
-
-def register(objective: Objective) -> Objective:
-    """Adds ``objective`` under its name; re-registering the same record is a no-op."""
-    existing = _REGISTRY.get(objective.name)
-    if existing is not None and existing != objective:
-        raise ValueError(f"Pretraining objective {objective.name!r} is already registered")
-    _REGISTRY[objective.name] = objective
-    return objective
-
-
-def unregister(name: str) -> None:
-    """Removes the objective ``name`` (e.g. one a test registered); unknown names raise."""
-    get(name)
-    del _REGISTRY[name]
-
-
-@contextlib.contextmanager
-def registered(objective: Objective) -> Iterator[Objective]:
-    """Registers ``objective`` for the duration of a ``with`` block (tests, experiments)."""
-    register(objective)
-    try:
-        yield objective
-    finally:
-        unregister(objective.name)
-
-
-def get(name: str) -> Objective:
-    if name not in _REGISTRY:
-        raise ValueError(f"Unknown pretraining objective {name!r}: objective must be one of "
-                         f"{names()}")
-    return _REGISTRY[name]
+_OBJECTIVES = NamedRegistry(
+    "pretraining objective",
+    unknown="Unknown pretraining objective {name!r}: objective must be one of {names}")
+register = _OBJECTIVES.register  # each objective's module registers its record
+unregister = _OBJECTIVES.unregister
+registered = _OBJECTIVES.registered
+get = _OBJECTIVES.get
 
 
 def names() -> tuple:
     """The registered objectives, sorted."""
-    return tuple(sorted(_REGISTRY))
+    return tuple(sorted(_OBJECTIVES.names()))

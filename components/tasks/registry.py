@@ -7,6 +7,8 @@ import dataclasses
 import importlib
 from typing import Optional
 
+from lmfactory.models.named_registry import NamedRegistry
+
 
 @dataclasses.dataclass(frozen=True)
 class TaskKind:
@@ -80,42 +82,22 @@ class TaskKind:
                 f"{list(arch.task_kinds)}")
 
 
-_KINDS: dict[str, TaskKind] = {}
-
-
-def register(kind: TaskKind) -> TaskKind:
-    """Adds ``kind``; re-registering the same record is a no-op."""
-    existing = _KINDS.get(kind.name)
-    if existing is not None and existing != kind:
-        raise ValueError(f"Task kind {kind.name!r} is already registered")
-    _KINDS[kind.name] = kind
-    return kind
-
-
-def unregister(name: str) -> None:
-    """Removes kind ``name`` (for tests that register a temporary one)."""
-    _KINDS.pop(name, None)
-
-
-def get(name: str) -> TaskKind:
-    """The kind of a task record (``task["kind"]``)."""
-    if name not in _KINDS:
-        raise ValueError(f"Unknown task kind {name!r}; expected one of {names()}")
-    return _KINDS[name]
+_KINDS = NamedRegistry("task kind")
+register = _KINDS.register  # each kind's module registers its record
+unregister = _KINDS.unregister
+registered = _KINDS.registered
+get = _KINDS.get  # the kind of a task record (``task["kind"]``)
+names = _KINDS.names
 
 
 def for_recipe(task: str) -> TaskKind:
     """The kind a recipe's ``finetuning.task`` names."""
-    for kind in _KINDS.values():
+    for kind in _KINDS.records():
         if kind.in_recipes and kind.recipe_name == task:
             return kind
     raise ValueError(f"Unknown finetuning.task {task!r}; expected one of {recipe_tasks()}")
 
 
-def names() -> tuple:
-    return tuple(_KINDS)
-
-
 def recipe_tasks() -> tuple:
     """The ``finetuning.task`` values recipes may use."""
-    return tuple(kind.recipe_name for kind in _KINDS.values() if kind.in_recipes)
+    return tuple(kind.recipe_name for kind in _KINDS.records() if kind.in_recipes)

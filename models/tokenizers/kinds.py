@@ -12,8 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Optional
 
-_KINDS: dict = {}
-
+from lmfactory.models.named_registry import NamedRegistry
 
 @dataclasses.dataclass(frozen=True)
 class TokenizerKind:
@@ -32,24 +31,10 @@ class TokenizerKind:
     default_special_tokens: Optional[Mapping[str, str]] = None
 
 
-def register_kind(kind: TokenizerKind) -> TokenizerKind:
-    """Adds ``kind`` to the registry (a name registers once) and returns it."""
-    if kind.name in _KINDS:
-        raise ValueError(f"Tokenizer kind {kind.name!r} is already registered")
-    _KINDS[kind.name] = kind
-    return kind
-
-
-def kind_names() -> tuple:
-    """The registered kind names, in registration order."""
-    return tuple(_KINDS)
-
-
-def get_kind(name: str) -> TokenizerKind:
-    """The record of kind ``name``; ValueError naming the registered kinds if none."""
-    if name not in _KINDS:
-        raise ValueError(f"Unknown tokenizer kind {name!r}; kinds: {kind_names()}")
-    return _KINDS[name]
+_KINDS = NamedRegistry("tokenizer kind", unknown="Unknown tokenizer kind {name!r}; kinds: {names}")
+register_kind = _KINDS.register  # each kind's module registers its record
+get_kind = _KINDS.get
+kind_names = _KINDS.names  # registration order
 
 
 __all__ = ["TokenizerKind", "get_kind", "kind_names", "register_kind"]
