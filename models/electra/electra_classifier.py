@@ -4,7 +4,7 @@ import keras
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 from lmfactory.models.electra.electra_backbone import ELECTRA_BACKBONE_INPUTS
-from lmfactory.models.task_model import SequenceClassifier
+from lmfactory.models.task_model import SequenceClassifier, first_token_vector
 
 
 class ElectraClassifier(SequenceClassifier):
@@ -42,17 +42,10 @@ class ElectraClassifier(SequenceClassifier):
             dtype=backbone.dtype_policy,
             name="pooled_dense",
         )
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout")
-        self.output_dense = keras.layers.Dense(
-            num_classes,
-            kernel_initializer=bert_kernel_initializer(),
-            dtype=backbone.dtype_policy,
-            name="logits",
-        )
+        self.add_output_layers(num_classes, dropout, bert_kernel_initializer(),
+                               dtype=backbone.dtype_policy)
         super().__init__(backbone, int(num_classes), dropout, **kwargs)
 
     def classify(self, outputs):
-        first_token = outputs["sequence_output"][:, 0, :]
-        x = self.pooled_dense(self.pooled_dropout(first_token))
-        return self.output_dense(self.output_dropout(x))
+        return self.output_head(
+            self.pooled_dense(self.pooled_dropout(first_token_vector(outputs))))

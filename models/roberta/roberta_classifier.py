@@ -5,7 +5,7 @@ import keras
 from lmfactory.models.encoder_utils import model_inputs
 from lmfactory.models.roberta.roberta_backbone import (ROBERTA_BACKBONE_INPUTS,
                                                        roberta_kernel_initializer)
-from lmfactory.models.task_model import SequenceClassifier
+from lmfactory.models.task_model import SequenceClassifier, first_token_vector
 
 
 class RobertaClassifier(SequenceClassifier):
@@ -44,21 +44,13 @@ class RobertaClassifier(SequenceClassifier):
             dtype=backbone.dtype_policy,
             name="pooler_dense",
         )
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout"
-        )
-        self.output_dense = keras.layers.Dense(
-            num_classes,
-            kernel_initializer=roberta_kernel_initializer(),
-            dtype=backbone.dtype_policy,
-            name="logits",
-        )
+        self.add_output_layers(num_classes, dropout, roberta_kernel_initializer(),
+                               dtype=backbone.dtype_policy)
         super().__init__(backbone, num_classes, dropout, **kwargs)
 
     def classify(self, outputs):
-        first_token = outputs["sequence_output"][:, 0, :]
-        x = self.pooler_dense(self.pooler_dropout(first_token))
-        return self.output_dense(self.output_dropout(x))
+        return self.output_head(
+            self.pooler_dense(self.pooler_dropout(first_token_vector(outputs))))
 
     def call(self, inputs, training=None, mask=None):
         return super().call(model_inputs(self, inputs), training=training, mask=mask)
