@@ -11,7 +11,8 @@ registration for serialisation (``lmfactory>ClassName``):
   (Figure 4a) and its descendants, whose subclasses only define their head;
   `MaskedLMPretrainer` the masked-LM pre-trainer of BERT §3.1. Heads ending in dropout and
   one dense layer create them with `Task.add_output_layers` and apply them with
-  `Task.output_head`; `first_token_vector` is the sequence representation they read.
+  `Task.output_head` (a hidden layer before it: `dropout_dense`); `first_token_vector` is
+  the sequence representation they read.
 * `SubclassedTask`: a task model with its own `call` (pre-trainers and distillers whose
   training step runs more than one forward pass, e.g. ELECTRA's generator then
   discriminator).
@@ -82,6 +83,17 @@ def first_token_vector(outputs, pooled=False):
     if pooled and "pooled_output" in outputs:
         return outputs["pooled_output"]
     return outputs["sequence_output"][:, 0, :]
+
+
+def dropout_dense(prefix, dropout, units, activation, kernel_initializer, dtype) -> tuple:
+    """``(Dropout(dropout), Dense(units, activation))`` named ``{prefix}_dropout`` and
+    ``{prefix}_dense``, with the dtype policy ``dtype``: the hidden layer that RoBERTa's and
+    ELECTRA's classification heads put on the first token's vector before the output layer
+    (dropout, then a dense layer as wide as the backbone; tanh, GELU)."""
+    return (keras.layers.Dropout(dropout, dtype=dtype, name=f"{prefix}_dropout"),
+            keras.layers.Dense(units, activation=activation,
+                               kernel_initializer=kernel_initializer, dtype=dtype,
+                               name=f"{prefix}_dense"))
 
 
 class Task(BackboneTask, keras.Model):
@@ -223,4 +235,4 @@ class MaskedLMPretrainer(Task):
 
 
 __all__ = ["BackboneTask", "MaskedLMPretrainer", "SequenceClassifier", "SubclassedTask",
-           "Task", "deserialize_models", "first_token_vector", "int_inputs"]
+           "Task", "deserialize_models", "dropout_dense", "first_token_vector", "int_inputs"]

@@ -1,7 +1,5 @@
 """BERT fine-tuned for sequence classification (Devlin et al. 2019 §4.1, Figure 4a)."""
 
-import keras
-
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 from lmfactory.models.task_model import SequenceClassifier, first_token_vector
 

@@ -1,11 +1,10 @@
 """RoBERTa fine-tuned for sequence classification (Liu et al. 2019 §5.1)."""
 
-import keras
-
 from lmfactory.models.encoder_utils import model_inputs
 from lmfactory.models.roberta.roberta_backbone import (ROBERTA_BACKBONE_INPUTS,
                                                        roberta_kernel_initializer)
-from lmfactory.models.task_model import SequenceClassifier, first_token_vector
+from lmfactory.models.task_model import (SequenceClassifier, dropout_dense,
+                                         first_token_vector)
 
 
 class RobertaClassifier(SequenceClassifier):
@@ -34,16 +33,9 @@ class RobertaClassifier(SequenceClassifier):
         if int(num_classes) < 1:
             raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
         # === Layers ===
-        self.pooler_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="pooler_dropout"
-        )
-        self.pooler_dense = keras.layers.Dense(
-            backbone.hidden_dim,
-            activation="tanh",
-            kernel_initializer=roberta_kernel_initializer(),
-            dtype=backbone.dtype_policy,
-            name="pooler_dense",
-        )
+        self.pooler_dropout, self.pooler_dense = dropout_dense(
+            "pooler", dropout, backbone.hidden_dim, "tanh", roberta_kernel_initializer(),
+            dtype=backbone.dtype_policy)
         self.add_output_layers(num_classes, dropout, roberta_kernel_initializer(),
                                dtype=backbone.dtype_policy)
         super().__init__(backbone, num_classes, dropout, **kwargs)
