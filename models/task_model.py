@@ -89,11 +89,16 @@ def dropout_dense(prefix, dropout, units, activation, kernel_initializer, dtype)
     """``(Dropout(dropout), Dense(units, activation))`` named ``{prefix}_dropout`` and
     ``{prefix}_dense``, with the dtype policy ``dtype``: the hidden layer that RoBERTa's and
     ELECTRA's classification heads put on the first token's vector before the output layer
-    (dropout, then a dense layer as wide as the backbone; tanh, GELU)."""
-    return (keras.layers.Dropout(dropout, dtype=dtype, name=f"{prefix}_dropout"),
-            keras.layers.Dense(units, activation=activation,
-                               kernel_initializer=kernel_initializer, dtype=dtype,
-                               name=f"{prefix}_dense"))
+    (dropout, then a dense layer as wide as the backbone; tanh, GELU).
+
+    ``kernel_initializer`` is a function returning the Dense kernel's initialiser (e.g.
+    `bert_kernel_initializer`), called after the Dropout is made: an unseeded layer or
+    initialiser draws its seed when it is made, so the order is the weights'."""
+    dropout_layer = keras.layers.Dropout(dropout, dtype=dtype, name=f"{prefix}_dropout")
+    dense = keras.layers.Dense(units, activation=activation,
+                               kernel_initializer=kernel_initializer(), dtype=dtype,
+                               name=f"{prefix}_dense")
+    return dropout_layer, dense
 
 
 class Task(BackboneTask, keras.Model):
@@ -113,10 +118,12 @@ class Task(BackboneTask, keras.Model):
         """Creates the head's last two layers: ``self.output_dropout`` (rate ``dropout``;
         every BERT fine-tuning head has dropout before its output layer, Appendix A.3) and
         ``self.output_dense`` (``units`` outputs, no activation, named ``logits``), with
-        the dtype policy ``dtype`` (the backbone's; None: the global one)."""
+        the dtype policy ``dtype`` (the backbone's; None: the global one).
+        ``kernel_initializer`` is a function returning the kernel's initialiser, called
+        after the Dropout is made (see `dropout_dense`)."""
         self.output_dropout = keras.layers.Dropout(dropout, dtype=dtype,
                                                    name="output_dropout")
-        self.output_dense = keras.layers.Dense(units, kernel_initializer=kernel_initializer,
+        self.output_dense = keras.layers.Dense(units, kernel_initializer=kernel_initializer(),
                                                dtype=dtype, name="logits")
 
     def output_head(self, features):
@@ -140,7 +147,7 @@ class SequenceClassifier(Task):
     ``backbone`` on the `task_inputs` and its `classify` on the backbone's outputs::
 
         def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
-            self.add_output_layers(num_classes, dropout, kernel_initializer,
+            self.add_output_layers(num_classes, dropout, bert_kernel_initializer,
                                    dtype=backbone.dtype_policy)
             super().__init__(backbone, num_classes, dropout, **kwargs)
 

@@ -27,7 +27,7 @@ class BertClassifier(SequenceClassifier):
 
     def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
         # === Layers ===
-        self.add_output_layers(num_classes, dropout, bert_kernel_initializer(),
+        self.add_output_layers(num_classes, dropout, bert_kernel_initializer,
                                dtype=backbone.dtype_policy)
         super().__init__(backbone, num_classes, dropout, **kwargs)
 

@@ -38,7 +38,7 @@ class DistilBertClassifier(SequenceClassifier):
             dtype=backbone.dtype_policy,
             name="pre_classifier",
         )
-        self.add_output_layers(num_classes, dropout, distilbert_kernel_initializer(),
+        self.add_output_layers(num_classes, dropout, distilbert_kernel_initializer,
                                dtype=backbone.dtype_policy)
         super().__init__(backbone, num_classes, dropout, **kwargs)
 

@@ -33,9 +33,9 @@ class ElectraClassifier(SequenceClassifier):
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
         # === Layers ===
         self.pooled_dropout, self.pooled_dense = dropout_dense(
-            "pooled", dropout, backbone.hidden_dim, "gelu", bert_kernel_initializer(),
+            "pooled", dropout, backbone.hidden_dim, "gelu", bert_kernel_initializer,
             dtype=backbone.dtype_policy)
-        self.add_output_layers(num_classes, dropout, bert_kernel_initializer(),
+        self.add_output_layers(num_classes, dropout, bert_kernel_initializer,
                                dtype=backbone.dtype_policy)
         super().__init__(backbone, int(num_classes), dropout, **kwargs)
 

@@ -1,5 +1,7 @@
 """GPT-1 fine-tuned on a supervised task (Radford et al. 2018 §3.2, §3.3, Figure 1)."""
 
+import functools
+
 import keras
 from keras import ops
 
@@ -90,9 +92,10 @@ class Gpt1Classifier(Task):
         num_classes = int(num_classes)
         # === Layers ===
         self.backbone = backbone
-        self.add_output_layers(1 if task == "multiple_choice" else num_classes, dropout,
-                               keras.initializers.RandomNormal(stddev=0.02),
-                               dtype=backbone.dtype_policy)
+        self.add_output_layers(
+            1 if task == "multiple_choice" else num_classes, dropout,
+            functools.partial(keras.initializers.RandomNormal, stddev=0.02),
+            dtype=backbone.dtype_policy)
 
         # === Functional model ===
         sequences = {"similarity": 2, "multiple_choice": num_classes}.get(task)

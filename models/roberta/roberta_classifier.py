@@ -34,9 +34,9 @@ class RobertaClassifier(SequenceClassifier):
             raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
         # === Layers ===
         self.pooler_dropout, self.pooler_dense = dropout_dense(
-            "pooler", dropout, backbone.hidden_dim, "tanh", roberta_kernel_initializer(),
+            "pooler", dropout, backbone.hidden_dim, "tanh", roberta_kernel_initializer,
             dtype=backbone.dtype_policy)
-        self.add_output_layers(num_classes, dropout, roberta_kernel_initializer(),
+        self.add_output_layers(num_classes, dropout, roberta_kernel_initializer,
                                dtype=backbone.dtype_policy)
         super().__init__(backbone, num_classes, dropout, **kwargs)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import keras
 from keras import ops
 
@@ -48,8 +50,9 @@ class FeatureBasedTagger(FirstSubTokenLoss, Task):
                 keras.layers.LSTM(int(lstm_units), return_sequences=True),
                 name=f"bilstm_{index}")
             for index in range(int(num_lstm_layers))]
-        self.add_output_layers(int(num_labels), dropout,
-                               keras.initializers.TruncatedNormal(stddev=0.02), dtype=None)
+        self.add_output_layers(
+            int(num_labels), dropout,
+            functools.partial(keras.initializers.TruncatedNormal, stddev=0.02), dtype=None)
 
         # === Functional model ===
         inputs = int_inputs(backbone.input)

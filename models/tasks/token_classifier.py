@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import keras
 from keras import ops
 
@@ -70,9 +72,10 @@ class TokenClassifier(FirstSubTokenLoss, Task):
             raise ValueError(f"num_labels must be positive, got {num_labels}")
         # === Layers ===
         self.backbone = backbone
-        self.add_output_layers(int(num_labels), dropout,
-                               keras.initializers.TruncatedNormal(stddev=0.02),
-                               dtype=backbone.dtype_policy)
+        self.add_output_layers(
+            int(num_labels), dropout,
+            functools.partial(keras.initializers.TruncatedNormal, stddev=0.02),
+            dtype=backbone.dtype_policy)
 
         # === Functional model ===
         inputs = int_inputs(backbone.input)
