@@ -156,8 +156,7 @@ class CausalLMGeneration:
     """Mixin: `get_sampler` and `generate_ids` for a model that decodes through the
     decoding-state protocol (module docstring), and `initial_state` from its backbone.
 
-    Put it first in the bases (``class GPT2CausalLM(CausalLMGeneration, BackboneTask,
-    keras.Model)``); it has no constructor. Named samplers are kept on the model (an
+    Put it first in the bases (``class GPT2CausalLM(CausalLMGeneration, Task)``); it has no constructor. Named samplers are kept on the model (an
     untracked dict), and the seed variables of random samplers in ``self.sampler_state``
     (a `tf.Module`: tracked by TensorFlow, so a SavedModel whose function uses a sampler
     reaches them, but not a Keras layer, so they stay out of the model's weights). A host

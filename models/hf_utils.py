@@ -35,6 +35,38 @@ def read_config(path: str) -> dict:
         return json.load(f)
 
 
+def check_config(config: dict, source: str, *, required_keys, what: str, model_type: str,
+                 converter: str, default_model_type: str | None = None) -> None:
+    """Fails (ValueError naming ``source``) when the Hugging Face ``config`` lacks one of
+    ``required_keys`` (``what``: the model's name in the message) or its ``model_type``
+    (``default_model_type`` when absent) is not ``model_type``, the one the ``converter``
+    (its name in the message) reads."""
+    missing = [key for key in required_keys if key not in config]
+    if missing:
+        raise ValueError(f"{source}: {what} config lacks {missing}")
+    found = config.get("model_type", default_model_type)
+    if found != model_type:
+        raise ValueError(f"{source}: model_type is {found!r}, the {converter} converter "
+                         f"reads '{model_type}' checkpoints only")
+
+
+def bert_layout_dimensions(config: dict) -> dict:
+    """The backbone constructor kwargs of a BERT-layout Hugging Face encoder config (BERT,
+    ELECTRA): sizes, number of segments, and one dropout rate for embeddings, attention
+    probabilities and sub-layer outputs (the published configs set hidden_dropout_prob =
+    attention_probs_dropout_prob = 0.1)."""
+    return {
+        "vocabulary_size": int(config["vocab_size"]),
+        "num_layers": int(config["num_hidden_layers"]),
+        "num_heads": int(config["num_attention_heads"]),
+        "hidden_dim": int(config["hidden_size"]),
+        "intermediate_dim": int(config["intermediate_size"]),
+        "dropout": float(config.get("hidden_dropout_prob", 0.1)),
+        "max_sequence_length": int(config.get("max_position_embeddings", 512)),
+        "num_segments": int(config.get("type_vocab_size", 2)),
+    }
+
+
 def read_weights(path: str) -> dict:
     """Every tensor of the folder's safetensors file(s), as float32 numpy arrays by name."""
     from safetensors.numpy import load_file

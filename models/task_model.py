@@ -1,12 +1,21 @@
 """The task models that wrap a backbone (keras-hub's Backbone / Task split): classifiers,
-pre-trainers, distillers.
+taggers, span and choice heads, language models, pre-trainers, distillers.
 
 Such a model's config holds its wrapped models (the `backbone`, a distiller's `teacher`)
 serialised whole, so that `keras.saving` rebuilds them before the task model itself, plus
-the task's own constructor arguments (`BackboneTask`). `Task` is the base class of the
-heads of `models/*/`: a functional `keras.Model` over a dict of int32 inputs, registered
-for serialisation; `SequenceClassifier` is the [CLS] classifier of BERT §4.1 (Figure 4a)
-and its descendants, whose subclasses only define their head.
+the task's own constructor arguments. Two bases give every task model that config and its
+registration for serialisation (``lmfactory>ClassName``):
+
+* `Task`: a functional `keras.Model` over a dict of int32 inputs (`int_inputs`), a head on
+  the backbone's outputs. `SequenceClassifier` is the [CLS] classifier of BERT §4.1
+  (Figure 4a) and its descendants, whose subclasses only define their head;
+  `MaskedLMPretrainer` the masked-LM pre-trainer of BERT §3.1. Heads ending in dropout and
+  one dense layer create them with `Task.add_output_layers` and apply them with
+  `Task.output_head` (a hidden layer before it: `dropout_dense`); `first_token_vector` is
+  the sequence representation they read.
+* `SubclassedTask`: a task model with its own `call` (pre-trainers and distillers whose
+  training step runs more than one forward pass, e.g. ELECTRA's generator then
+  discriminator).
 """
 
 import keras
@@ -26,22 +35,30 @@ def deserialize_models(config: dict, keys=("backbone",)) -> dict:
 
 
 class BackboneTask:
-    """Mixin giving a backbone-wrapping `keras.Model` its `get_config` / `from_config`.
+    """The config and registration shared by `Task` and `SubclassedTask` (not a base of task
+    models themselves: use one of those two).
 
-    Put it before `keras.Model` in the bases (``class BertClassifier(BackboneTask,
-    keras.Model)``); it is a plain class, so Keras can turn the model into a functional
-    subclass or not as its constructor decides. The config is ``{"name", "trainable"}``
-    plus each attribute named in `serialized_models` (constructor arguments that are Keras
-    models, serialised whole); a subclass with more constructor arguments adds them::
+    The config is ``{"name", "trainable"}`` plus each attribute named in `serialized_models`
+    (constructor arguments that are Keras models, serialised whole); a subclass with more
+    constructor arguments adds them::
 
         def get_config(self):
             config = super().get_config()
             config.update({"num_classes": self.num_classes, "dropout": self.dropout})
             return config
+
+    Every subclass is registered for serialisation as ``lmfactory>ClassName``, except a
+    base that is never built on its own, which says so with ``register=False`` in its
+    class statement (``class TinyBertDistillation(SubclassedTask, register=False)``).
     """
 
     # Constructor arguments (and attributes) holding Keras models.
     serialized_models = ("backbone",)
+
+    def __init_subclass__(cls, register=True, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if register:
+            keras.saving.register_keras_serializable(package="lmfactory")(cls)
 
     def get_config(self):
         config = {"name": self.name, "trainable": self.trainable}
@@ -59,19 +76,66 @@ def int_inputs(names, shape=(None,)) -> dict:
     return {name: keras.Input(shape=shape, dtype="int32", name=name) for name in names}
 
 
+def first_token_vector(outputs, pooled=False):
+    """A backbone's representation of a whole sequence: the final hidden vector of its first
+    token (BERT §4.1: `[CLS]`; RoBERTa's `<s>`), [batch, hidden]. With ``pooled``, the
+    backbone's ``pooled_output`` (BERT's pooler over that vector) where it has one."""
+    if pooled and "pooled_output" in outputs:
+        return outputs["pooled_output"]
+    return outputs["sequence_output"][:, 0, :]
+
+
+def dropout_dense(prefix, dropout, units, activation, kernel_initializer, dtype) -> tuple:
+    """``(Dropout(dropout), Dense(units, activation))`` named ``{prefix}_dropout`` and
+    ``{prefix}_dense``, with the dtype policy ``dtype``: the hidden layer that RoBERTa's and
+    ELECTRA's classification heads put on the first token's vector before the output layer
+    (dropout, then a dense layer as wide as the backbone; tanh, GELU).
+
+    ``kernel_initializer`` is a function returning the Dense kernel's initialiser (e.g.
+    `bert_kernel_initializer`), called after the Dropout is made: an unseeded layer or
+    initialiser draws its seed when it is made, so the order is the weights'."""
+    dropout_layer = keras.layers.Dropout(dropout, dtype=dtype, name=f"{prefix}_dropout")
+    dense = keras.layers.Dense(units, activation=activation,
+                               kernel_initializer=kernel_initializer(), dtype=dtype,
+                               name=f"{prefix}_dense")
+    return dropout_layer, dense
+
+
 class Task(BackboneTask, keras.Model):
     """A functional model with a head on a backbone (``self.backbone``).
 
     A subclass creates its head's layers (with the backbone's dtype policy), wires
     ``backbone`` and head from `int_inputs` to its outputs and passes both to
-    ``super().__init__(inputs=..., outputs=..., **kwargs)``; its config is `BackboneTask`'s
-    (the backbone serialised whole) plus its own constructor arguments. Every subclass is
-    registered for serialisation as ``lmfactory>ClassName``.
+    ``super().__init__(inputs=..., outputs=..., **kwargs)``; its config is the backbone
+    serialised whole plus its own constructor arguments (`BackboneTask`).
+
+    Keras makes a functional model's classes `Functional` subclasses (it rewrites the bases
+    of every class above the model's), so a task model with its own `call` derives from
+    `SubclassedTask` instead.
     """
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        keras.saving.register_keras_serializable(package="lmfactory")(cls)
+    def add_output_layers(self, units, dropout, kernel_initializer, dtype):
+        """Creates the head's last two layers: ``self.output_dropout`` (rate ``dropout``;
+        every BERT fine-tuning head has dropout before its output layer, Appendix A.3) and
+        ``self.output_dense`` (``units`` outputs, no activation, named ``logits``), with
+        the dtype policy ``dtype`` (the backbone's; None: the global one).
+        ``kernel_initializer`` is a function returning the kernel's initialiser, called
+        after the Dropout is made (see `dropout_dense`)."""
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=dtype,
+                                                   name="output_dropout")
+        self.output_dense = keras.layers.Dense(units, kernel_initializer=kernel_initializer(),
+                                               dtype=dtype, name="logits")
+
+    def output_head(self, features):
+        """``output_dense(output_dropout(features))``: the layers of `add_output_layers`."""
+        return self.output_dense(self.output_dropout(features))
+
+
+class SubclassedTask(BackboneTask, keras.Model):
+    """A task model with its own `call` on a backbone (``self.backbone``, and the other
+    models of `serialized_models`): it calls ``super().__init__(**kwargs)`` first, then
+    creates (and builds) its layers; its config is those models serialised whole plus its
+    own constructor arguments (`BackboneTask`)."""
 
 
 class SequenceClassifier(Task):
@@ -83,12 +147,12 @@ class SequenceClassifier(Task):
     ``backbone`` on the `task_inputs` and its `classify` on the backbone's outputs::
 
         def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
-            self.output_dropout = keras.layers.Dropout(dropout, ...)
-            self.output_dense = keras.layers.Dense(num_classes, ...)
+            self.add_output_layers(num_classes, dropout, bert_kernel_initializer,
+                                   dtype=backbone.dtype_policy)
             super().__init__(backbone, num_classes, dropout, **kwargs)
 
         def classify(self, outputs):
-            return self.output_dense(self.output_dropout(outputs["pooled_output"]))
+            return self.output_head(first_token_vector(outputs, pooled=True))
 
     Inputs (dict, int32 [batch, seq_len]): `task_inputs`.
     Output: logits [batch, num_classes] (train with
@@ -177,5 +241,5 @@ class MaskedLMPretrainer(Task):
         return with_regularization(self, loss)
 
 
-__all__ = ["BackboneTask", "MaskedLMPretrainer", "SequenceClassifier", "Task",
-           "deserialize_models", "int_inputs"]
+__all__ = ["BackboneTask", "MaskedLMPretrainer", "SequenceClassifier", "SubclassedTask",
+           "Task", "deserialize_models", "dropout_dense", "first_token_vector", "int_inputs"]

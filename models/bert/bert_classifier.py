@@ -1,9 +1,7 @@
 """BERT fine-tuned for sequence classification (Devlin et al. 2019 §4.1, Figure 4a)."""
 
-import keras
-
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
-from lmfactory.models.task_model import SequenceClassifier
+from lmfactory.models.task_model import SequenceClassifier, first_token_vector
 
 BERT_CLASSIFIER_INPUTS = ("token_ids", "padding_mask", "segment_ids")
 
@@ -29,16 +27,9 @@ class BertClassifier(SequenceClassifier):
 
     def __init__(self, backbone, num_classes, dropout=0.1, **kwargs):
         # === Layers ===
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout"
-        )
-        self.output_dense = keras.layers.Dense(
-            num_classes,
-            kernel_initializer=bert_kernel_initializer(),
-            dtype=backbone.dtype_policy,
-            name="logits",
-        )
+        self.add_output_layers(num_classes, dropout, bert_kernel_initializer,
+                               dtype=backbone.dtype_policy)
         super().__init__(backbone, num_classes, dropout, **kwargs)
 
     def classify(self, outputs):
-        return self.output_dense(self.output_dropout(outputs["pooled_output"]))
+        return self.output_head(first_token_vector(outputs, pooled=True))

@@ -58,13 +58,8 @@ def backbone_config(config: dict, source: str) -> dict:
     """`BertBackbone` constructor kwargs from a Hugging Face ``config.json`` or an original
     ``bert_config.json`` (same keys). Raises ValueError for what `BertBackbone` cannot
     represent."""
-    missing = [key for key in REQUIRED_CONFIG_KEYS if key not in config]
-    if missing:
-        raise ValueError(f"{source}: BERT config lacks {missing}")
-    model_type = config.get("model_type", "bert")
-    if model_type != "bert":
-        raise ValueError(f"{source}: model_type is {model_type!r}, the BERT converter reads "
-                         f"'bert' checkpoints only")
+    hf_utils.check_config(config, source, required_keys=REQUIRED_CONFIG_KEYS, what="BERT",
+                          model_type="bert", converter="BERT", default_model_type="bert")
     activation = config.get("hidden_act", "gelu")
     if activation != "gelu":
         raise ValueError(f"{source}: hidden_act is {activation!r}; BertBackbone implements "
@@ -79,18 +74,7 @@ def backbone_config(config: dict, source: str) -> dict:
                          f"BertBackbone has learned absolute positions only")
     if config.get("is_decoder") or config.get("add_cross_attention"):
         raise ValueError(f"{source}: a decoder / cross-attention BERT is not a BertBackbone")
-    return {
-        "vocabulary_size": int(config["vocab_size"]),
-        "num_layers": int(config["num_hidden_layers"]),
-        "num_heads": int(config["num_attention_heads"]),
-        "hidden_dim": int(config["hidden_size"]),
-        "intermediate_dim": int(config["intermediate_size"]),
-        # One rate for embeddings, attention probabilities and sub-layer outputs; the
-        # published configs set hidden_dropout_prob = attention_probs_dropout_prob = 0.1.
-        "dropout": float(config.get("hidden_dropout_prob", 0.1)),
-        "max_sequence_length": int(config.get("max_position_embeddings", 512)),
-        "num_segments": int(config.get("type_vocab_size", 2)),
-    }
+    return hf_utils.bert_layout_dimensions(config)
 
 
 def load_weights(backbone: BertBackbone, weights: dict, source: str) -> BertBackbone:

@@ -9,6 +9,7 @@ from keras import ops
 
 from lmfactory.models.generation import CausalLMGeneration
 from lmfactory.models.task_losses import sum_over_replicas, track_loss, with_regularization
+from lmfactory.models.task_model import SubclassedTask
 
 CAUSAL_LM_INPUTS = ("token_ids", "padding_mask")
 
@@ -52,8 +53,7 @@ def _weighted_mean(values, weights):
     return ops.sum(weights * values) / ops.maximum(sum_over_replicas(ops.sum(weights)), 1e-9)
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class CharTransformerLM(CausalLMGeneration, keras.Model):
+class CharTransformerLM(CausalLMGeneration, SubclassedTask):
     """A `CharTransformerBackbone` with the prediction layers and training losses of §2.
 
     The model predicts the next character at every position from the final layer's output
@@ -318,19 +318,11 @@ class CharTransformerLM(CausalLMGeneration, keras.Model):
     # ------------------------------------------------------------------ config
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "backbone": keras.layers.serialize(self.backbone),
+        config = super().get_config()
+        config.update({
             "total_steps": self.total_steps,
             "intermediate_losses": self.intermediate_losses,
             "multiple_targets": self.multiple_targets,
             "multiple_targets_weight": self.multiple_targets_weight,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("backbone"), dict):
-            config["backbone"] = keras.layers.deserialize(config["backbone"])
-        return cls(**config)
+        })
+        return config

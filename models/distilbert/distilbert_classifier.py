@@ -5,7 +5,7 @@ import keras
 
 from lmfactory.models.distilbert.distilbert_backbone import (
     DISTILBERT_BACKBONE_INPUTS, distilbert_kernel_initializer)
-from lmfactory.models.task_model import SequenceClassifier
+from lmfactory.models.task_model import SequenceClassifier, first_token_vector
 
 
 class DistilBertClassifier(SequenceClassifier):
@@ -38,17 +38,9 @@ class DistilBertClassifier(SequenceClassifier):
             dtype=backbone.dtype_policy,
             name="pre_classifier",
         )
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout"
-        )
-        self.output_dense = keras.layers.Dense(
-            num_classes,
-            kernel_initializer=distilbert_kernel_initializer(),
-            dtype=backbone.dtype_policy,
-            name="logits",
-        )
+        self.add_output_layers(num_classes, dropout, distilbert_kernel_initializer,
+                               dtype=backbone.dtype_policy)
         super().__init__(backbone, num_classes, dropout, **kwargs)
 
     def classify(self, outputs):
-        first_token = outputs["sequence_output"][:, 0, :]
-        return self.output_dense(self.output_dropout(self.pre_classifier(first_token)))
+        return self.output_head(self.pre_classifier(first_token_vector(outputs)))

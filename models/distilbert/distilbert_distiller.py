@@ -10,7 +10,7 @@ from lmfactory.models.distilbert.distilbert_backbone import distilbert_kernel_in
 from lmfactory.models.encoder_utils import model_inputs, require_inputs
 from lmfactory.models.task_losses import (masked_lm_loss, masked_lm_weights, track_loss,
                                           weighted_mean, with_regularization)
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import SubclassedTask
 
 DISTILLER_INPUTS = ("token_ids", "padding_mask", "mask_positions")
 
@@ -139,8 +139,7 @@ def initialize_student_from_teacher(student_backbone, teacher_backbone, teacher_
 # --------------------------------------------------------------------------- task model
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class DistilBertDistiller(BackboneTask, keras.Model):
+class DistilBertDistiller(SubclassedTask):
     """Trains a `DistilBertBackbone` student to reproduce a masked-LM teacher (§2-3).
 
     §2 "Training loss": the student is trained with a distillation loss over the soft target

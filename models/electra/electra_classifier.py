@@ -1,10 +1,9 @@
 """ELECTRA fine-tuned for sequence classification (Clark et al. 2020 §3.1, GLUE)."""
 
-import keras
-
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 from lmfactory.models.electra.electra_backbone import ELECTRA_BACKBONE_INPUTS
-from lmfactory.models.task_model import SequenceClassifier
+from lmfactory.models.task_model import (SequenceClassifier, dropout_dense,
+                                         first_token_vector)
 
 
 class ElectraClassifier(SequenceClassifier):
@@ -33,26 +32,13 @@ class ElectraClassifier(SequenceClassifier):
         if int(num_classes) < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
         # === Layers ===
-        self.pooled_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="pooled_dropout")
-        self.pooled_dense = keras.layers.Dense(
-            backbone.hidden_dim,
-            activation="gelu",
-            kernel_initializer=bert_kernel_initializer(),
-            dtype=backbone.dtype_policy,
-            name="pooled_dense",
-        )
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout")
-        self.output_dense = keras.layers.Dense(
-            num_classes,
-            kernel_initializer=bert_kernel_initializer(),
-            dtype=backbone.dtype_policy,
-            name="logits",
-        )
+        self.pooled_dropout, self.pooled_dense = dropout_dense(
+            "pooled", dropout, backbone.hidden_dim, "gelu", bert_kernel_initializer,
+            dtype=backbone.dtype_policy)
+        self.add_output_layers(num_classes, dropout, bert_kernel_initializer,
+                               dtype=backbone.dtype_policy)
         super().__init__(backbone, int(num_classes), dropout, **kwargs)
 
     def classify(self, outputs):
-        first_token = outputs["sequence_output"][:, 0, :]
-        x = self.pooled_dense(self.pooled_dropout(first_token))
-        return self.output_dense(self.output_dropout(x))
+        return self.output_head(
+            self.pooled_dense(self.pooled_dropout(first_token_vector(outputs))))

@@ -46,18 +46,9 @@ def backbone_kwargs_from_hf_config(config: dict) -> dict:
     if not np.isclose(epsilon, 1e-12, rtol=0, atol=1e-15):
         raise ValueError(f"ELECTRA checkpoint uses layer_norm_eps={epsilon}; "
                          f"ElectraBackbone uses the paper's 1e-12")
-    hidden_dim = int(config["hidden_size"])
-    return {
-        "vocabulary_size": int(config["vocab_size"]),
-        "num_layers": int(config["num_hidden_layers"]),
-        "num_heads": int(config["num_attention_heads"]),
-        "hidden_dim": hidden_dim,
-        "intermediate_dim": int(config["intermediate_size"]),
-        "embedding_dim": int(config.get("embedding_size") or hidden_dim),
-        "dropout": float(config.get("hidden_dropout_prob", 0.1)),
-        "max_sequence_length": int(config.get("max_position_embeddings", 512)),
-        "num_segments": int(config.get("type_vocab_size", 2)),
-    }
+    kwargs = hf_utils.bert_layout_dimensions(config)
+    kwargs["embedding_dim"] = int(config.get("embedding_size") or kwargs["hidden_dim"])
+    return kwargs
 
 
 def load_backbone_weights(backbone: ElectraBackbone, read: hf_utils.WeightReader) -> None:

@@ -11,7 +11,7 @@ from lmfactory.models.electra.electra_presets import default_generator_size
 from lmfactory.models.encoder_utils import require_inputs
 from lmfactory.models.task_losses import (masked_lm_loss, masked_lm_weights, sum_over_replicas,
                                           track_loss, with_regularization)
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import SubclassedTask
 
 ELECTRA_PRETRAINER_INPUTS = ELECTRA_BACKBONE_INPUTS + ("mask_positions",)
 
@@ -29,8 +29,7 @@ def generator_dimensions(backbone, generator_size: float) -> dict:
             "hidden_dim": hidden_dim, "intermediate_dim": intermediate_dim}
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class ElectraPretrainer(BackboneTask, keras.Model):
+class ElectraPretrainer(SubclassedTask):
     """Generator + discriminator trained jointly on replaced token detection (§2, Figure 2).
 
     The input is a masked batch (CONTRACTS §3, objective `mlm`): `token_ids` with some

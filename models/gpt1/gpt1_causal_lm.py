@@ -1,12 +1,9 @@
 """GPT-1 as a left-to-right language model: the unsupervised pre-training of Radford et al.
 2018 §3.1."""
 
-import keras
-
 from lmfactory.models.gpt2.gpt2_causal_lm import GPT2CausalLM
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
 class Gpt1CausalLM(GPT2CausalLM):
     """A `Gpt1Backbone` with the tied output layer, trained on next-token prediction.
 

@@ -1,5 +1,7 @@
 """GPT-1 fine-tuned on a supervised task (Radford et al. 2018 §3.2, §3.3, Figure 1)."""
 
+import functools
+
 import keras
 from keras import ops
 
@@ -90,15 +92,10 @@ class Gpt1Classifier(Task):
         num_classes = int(num_classes)
         # === Layers ===
         self.backbone = backbone
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout"
-        )
-        self.output_dense = keras.layers.Dense(
-            1 if task == "multiple_choice" else num_classes,
-            kernel_initializer=keras.initializers.RandomNormal(stddev=0.02),
-            dtype=backbone.dtype_policy,
-            name="logits",
-        )
+        self.add_output_layers(
+            1 if task == "multiple_choice" else num_classes, dropout,
+            functools.partial(keras.initializers.RandomNormal, stddev=0.02),
+            dtype=backbone.dtype_policy)
 
         # === Functional model ===
         sequences = {"similarity": 2, "multiple_choice": num_classes}.get(task)
@@ -116,7 +113,7 @@ class Gpt1Classifier(Task):
             lm_logits = ops.stack([logits for _, logits in read], axis=1)  # [B, S, T, V]
             if task == "similarity":
                 states = ops.sum(states, axis=1)  # h^m of both orderings, added
-        logits = self.output_dense(self.output_dropout(states))
+        logits = self.output_head(states)
         if task == "multiple_choice":
             logits = ops.squeeze(logits, axis=-1)  # one score per answer: [B, answers]
         super().__init__(inputs=inputs, outputs={"logits": logits, "lm_logits": lm_logits},

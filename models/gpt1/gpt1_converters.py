@@ -23,7 +23,8 @@ import os
 
 from lmfactory.models import hf_utils
 from lmfactory.models.gpt1.gpt1_backbone import Gpt1Backbone
-from lmfactory.models.gpt2.gpt2_converters import PREFIXES, check_all_read, set_decoder
+from lmfactory.models.gpt2.gpt2_converters import (PREFIXES, check_all_read,
+                                                   decoder_dimensions, set_decoder)
 
 BACKBONE_SCOPES = ("tokens_embed.", "positions_embed.", "h.")
 # Hugging Face names of GELU's tanh approximation for model_type "openai-gpt".
@@ -34,28 +35,15 @@ REQUIRED_CONFIG_KEYS = ("vocab_size", "n_embd", "n_layer", "n_head", "n_position
 def backbone_config(config: dict, source: str) -> dict:
     """`Gpt1Backbone` constructor kwargs from a Hugging Face ``openai-gpt`` config; raises
     ValueError for what `Gpt1Backbone` cannot represent."""
-    missing = [key for key in REQUIRED_CONFIG_KEYS if key not in config]
-    if missing:
-        raise ValueError(f"{source}: OpenAI GPT config lacks {missing}")
-    if config.get("model_type") != "openai-gpt":
-        raise ValueError(f"{source}: model_type is {config.get('model_type')!r}, the GPT-1 "
-                         f"converter reads 'openai-gpt' checkpoints only")
+    hf_utils.check_config(config, source, required_keys=REQUIRED_CONFIG_KEYS,
+                          what="OpenAI GPT", model_type="openai-gpt", converter="GPT-1")
     activation = config.get("afn", "gelu")
     if activation not in TANH_GELU:
         raise ValueError(f"{source}: afn is {activation!r}; Gpt1Backbone uses GELU "
                          f"(afn 'gelu')")
-    hidden = int(config["n_embd"])
-    return {
-        "vocabulary_size": int(config["vocab_size"]),
-        "num_layers": int(config["n_layer"]),
-        "num_heads": int(config["n_head"]),
-        "hidden_dim": hidden,
-        "intermediate_dim": 4 * hidden,  # the model has no other size
-        # One rate for embeddings, attention and residuals (0.1 for all three, §4.1).
-        "dropout": float(config.get("resid_pdrop", 0.1)),
-        "max_sequence_length": int(config["n_positions"]),
-        "layer_norm_epsilon": float(config.get("layer_norm_epsilon", 1e-5)),
-    }
+    # The feed-forward width has no other size; one dropout rate for embeddings, attention
+    # and residuals (0.1 for all three, §4.1).
+    return decoder_dimensions(config, 4 * int(config["n_embd"]))
 
 
 def load_weights(backbone: Gpt1Backbone, weights: dict, source: str) -> Gpt1Backbone:

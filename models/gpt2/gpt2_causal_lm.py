@@ -5,7 +5,7 @@ from keras import ops
 
 from lmfactory.models.generation import CausalLMGeneration
 from lmfactory.models.task_losses import sum_over_replicas, with_regularization
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import Task, int_inputs
 
 CAUSAL_LM_INPUTS = ("token_ids", "padding_mask")
 
@@ -57,8 +57,7 @@ class TiedLogits(keras.layers.Layer):
         return tuple(input_shape[:-1]) + (self.token_embedding.input_dim,)
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class GPT2CausalLM(CausalLMGeneration, BackboneTask, keras.Model):
+class GPT2CausalLM(CausalLMGeneration, Task):
     """A `GPT2Backbone` with the tied output layer, trained on next-token prediction.
 
     §2: language modelling is estimating p(x) = prod_i p(s_i | s_1, ..., s_{i-1}); the
@@ -89,10 +88,7 @@ class GPT2CausalLM(CausalLMGeneration, BackboneTask, keras.Model):
         self.backbone = backbone
 
         # === Functional model ===
-        inputs = {
-            name: keras.Input(shape=(None,), dtype="int32", name=name)
-            for name in CAUSAL_LM_INPUTS
-        }
+        inputs = int_inputs(CAUSAL_LM_INPUTS)
         hidden = backbone(inputs)["sequence_output"]
         self.output_logits = TiedLogits(backbone.token_embedding, name="output_logits")
         logits = self.output_logits(hidden)

@@ -15,8 +15,8 @@ weight of the checkpoint must be read; ``attn.bias`` / ``attn.masked_bias`` are 
 mask buffers older checkpoints saved, not weights.
 
 The pieces shared with GPT-1's converter (same Conv1D layout and block weight names;
-``models/gpt1/gpt1_converters.py``) are `conv1d`, `set_decoder_block`, `check_tied_output`
-and `check_all_read`.
+``models/gpt1/gpt1_converters.py``) are `conv1d`, `set_decoder_block`, `set_decoder`,
+`check_tied_output`, `check_all_read` and `decoder_dimensions`.
 """
 
 from __future__ import annotations
@@ -97,12 +97,8 @@ def check_all_read(read: hf_utils.WeightReader, scopes, what: str) -> None:
 def backbone_config(config: dict, source: str) -> dict:
     """`GPT2Backbone` constructor kwargs from a Hugging Face GPT-2 ``config.json``; raises
     ValueError for what `GPT2Backbone` cannot represent."""
-    missing = [key for key in REQUIRED_CONFIG_KEYS if key not in config]
-    if missing:
-        raise ValueError(f"{source}: GPT-2 config lacks {missing}")
-    if config.get("model_type") != "gpt2":
-        raise ValueError(f"{source}: model_type is {config.get('model_type')!r}, the GPT-2 "
-                         f"converter reads 'gpt2' checkpoints only")
+    hf_utils.check_config(config, source, required_keys=REQUIRED_CONFIG_KEYS, what="GPT-2",
+                          model_type="gpt2", converter="GPT-2")
     activation = config.get("activation_function", "gelu_new")
     if activation not in TANH_GELU:
         raise ValueError(f"{source}: activation_function is {activation!r}; GPT2Backbone "
@@ -114,15 +110,20 @@ def backbone_config(config: dict, source: str) -> dict:
         raise ValueError(f"{source}: scale_attn_by_inverse_layer_idx=true is not supported")
     if config.get("add_cross_attention"):
         raise ValueError(f"{source}: a GPT-2 with cross-attention is not a GPT2Backbone")
-    hidden = int(config["n_embd"])
+    return decoder_dimensions(config, int(config.get("n_inner") or 4 * int(config["n_embd"])))
+
+
+def decoder_dimensions(config: dict, intermediate_dim: int) -> dict:
+    """The backbone constructor kwargs of an OpenAI-layout Hugging Face config (GPT-2,
+    GPT-1), with the feed-forward width ``intermediate_dim``: sizes, positions, the
+    LayerNorm epsilon, and one dropout rate for embeddings, attention and residuals (the
+    published configs use 0.1 for all three)."""
     return {
         "vocabulary_size": int(config["vocab_size"]),
         "num_layers": int(config["n_layer"]),
         "num_heads": int(config["n_head"]),
-        "hidden_dim": hidden,
-        "intermediate_dim": int(config.get("n_inner") or 4 * hidden),
-        # One rate for embeddings, attention and residuals; the published configs use 0.1
-        # for all three.
+        "hidden_dim": int(config["n_embd"]),
+        "intermediate_dim": intermediate_dim,
         "dropout": float(config.get("resid_pdrop", 0.1)),
         "max_sequence_length": int(config["n_positions"]),
         "layer_norm_epsilon": float(config.get("layer_norm_epsilon", 1e-5)),

@@ -1,11 +1,10 @@
 """RoBERTa fine-tuned for sequence classification (Liu et al. 2019 §5.1)."""
 
-import keras
-
 from lmfactory.models.encoder_utils import model_inputs
 from lmfactory.models.roberta.roberta_backbone import (ROBERTA_BACKBONE_INPUTS,
                                                        roberta_kernel_initializer)
-from lmfactory.models.task_model import SequenceClassifier
+from lmfactory.models.task_model import (SequenceClassifier, dropout_dense,
+                                         first_token_vector)
 
 
 class RobertaClassifier(SequenceClassifier):
@@ -34,31 +33,16 @@ class RobertaClassifier(SequenceClassifier):
         if int(num_classes) < 1:
             raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
         # === Layers ===
-        self.pooler_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="pooler_dropout"
-        )
-        self.pooler_dense = keras.layers.Dense(
-            backbone.hidden_dim,
-            activation="tanh",
-            kernel_initializer=roberta_kernel_initializer(),
-            dtype=backbone.dtype_policy,
-            name="pooler_dense",
-        )
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout"
-        )
-        self.output_dense = keras.layers.Dense(
-            num_classes,
-            kernel_initializer=roberta_kernel_initializer(),
-            dtype=backbone.dtype_policy,
-            name="logits",
-        )
+        self.pooler_dropout, self.pooler_dense = dropout_dense(
+            "pooler", dropout, backbone.hidden_dim, "tanh", roberta_kernel_initializer,
+            dtype=backbone.dtype_policy)
+        self.add_output_layers(num_classes, dropout, roberta_kernel_initializer,
+                               dtype=backbone.dtype_policy)
         super().__init__(backbone, num_classes, dropout, **kwargs)
 
     def classify(self, outputs):
-        first_token = outputs["sequence_output"][:, 0, :]
-        x = self.pooler_dense(self.pooler_dropout(first_token))
-        return self.output_dense(self.output_dropout(x))
+        return self.output_head(
+            self.pooler_dense(self.pooler_dropout(first_token_vector(outputs))))
 
     def call(self, inputs, training=None, mask=None):
         return super().call(model_inputs(self, inputs), training=training, mask=mask)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+
 import keras
 from keras import ops
 
 from lmfactory.models.feature_extraction import EncoderFeatures
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import Task, int_inputs
 from lmfactory.models.tasks.token_classifier import FirstSubTokenLoss
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class FeatureBasedTagger(FirstSubTokenLoss, BackboneTask, keras.Model):
+class FeatureBasedTagger(FirstSubTokenLoss, Task):
     """Fixed contextual features of a pre-trained encoder feeding a two-layer BiLSTM tagger.
 
     §5.3: "we apply the feature-based approach by extracting the activations from one or more
@@ -49,19 +50,17 @@ class FeatureBasedTagger(FirstSubTokenLoss, BackboneTask, keras.Model):
                 keras.layers.LSTM(int(lstm_units), return_sequences=True),
                 name=f"bilstm_{index}")
             for index in range(int(num_lstm_layers))]
-        self.output_dropout = keras.layers.Dropout(dropout, name="output_dropout")
-        self.output_dense = keras.layers.Dense(
-            int(num_labels), kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-            name="logits")
+        self.add_output_layers(
+            int(num_labels), dropout,
+            functools.partial(keras.initializers.TruncatedNormal, stddev=0.02), dtype=None)
 
         # === Functional model ===
-        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
-                  for name in backbone.input}
+        inputs = int_inputs(backbone.input)
         mask = ops.cast(inputs["padding_mask"], "bool")
         hidden = ops.cast(self.features(inputs), "float32")
         for lstm in self.lstm_layers:
             hidden = lstm(hidden, mask=mask)
-        logits = self.output_dense(self.output_dropout(hidden))
+        logits = self.output_head(hidden)
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
 
         # === Config ===

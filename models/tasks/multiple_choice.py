@@ -5,14 +5,13 @@ from keras import ops
 
 from lmfactory.models.encoder_utils import model_inputs
 from lmfactory.models.task_losses import sentence_objective, with_regularization
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import Task, first_token_vector, int_inputs
 from lmfactory.models.tasks.fold_choices import FoldChoices
 
 MULTIPLE_CHOICE_INPUTS = ("token_ids", "padding_mask", "segment_ids")
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class MultipleChoice(BackboneTask, keras.Model):
+class MultipleChoice(Task):
     """Scores each of C (context, choice) sequences and normalises across the choices.
 
     BERT §4.4 (SWAG): "we construct four input sequences, each containing the
@@ -58,14 +57,10 @@ class MultipleChoice(BackboneTask, keras.Model):
         # === Functional model ===
         names = [name for name in MULTIPLE_CHOICE_INPUTS if name in backbone.input]
         names += sorted(set(backbone.input) - set(names))
-        inputs = {name: keras.Input(shape=(num_choices, None), dtype="int32", name=name)
-                  for name in names}
+        inputs = int_inputs(names, shape=(num_choices, None))
         outputs = backbone(self.fold(inputs))
-        if "pooled_output" in outputs:
-            representation = outputs["pooled_output"]
-        else:
-            representation = outputs["sequence_output"][:, 0, :]
-        scores = self.score(self.output_dropout(representation))  # [B*C, 1]
+        scores = self.score(self.output_dropout(
+            first_token_vector(outputs, pooled=True)))  # [B*C, 1]
         logits = ops.squeeze(self.unfold(scores), axis=-1)  # [B, C]
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
 

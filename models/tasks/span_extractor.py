@@ -5,13 +5,12 @@ import keras
 from keras import ops
 
 from lmfactory.models.task_losses import batch_mean, track_loss, with_regularization
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import Task, int_inputs
 
 MASKED_LOGIT = -1e9  # a start/end logit where no answer may start or end
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class SpanExtractor(BackboneTask, keras.Model):
+class SpanExtractor(Task):
     """A start vector S and an end vector E over the backbone's final hidden vectors T_i.
 
     §4.2: "We only introduce a start vector S ∈ R^H and an end vector E ∈ R^H during
@@ -51,9 +50,7 @@ class SpanExtractor(BackboneTask, keras.Model):
         # === Functional model ===
         backbone_inputs = backbone.input if isinstance(backbone.input, dict) else {}
         names = tuple(backbone_inputs) or ("token_ids", "padding_mask", "segment_ids")
-        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
-                  for name in names}
-        inputs["span_mask"] = keras.Input(shape=(None,), dtype="int32", name="span_mask")
+        inputs = int_inputs(names + ("span_mask",))
         sequence = backbone({name: inputs[name] for name in names})["sequence_output"]
         logits = ops.cast(self.span_dense(sequence), "float32")  # [B, T, 2]
         allowed = ops.cast(inputs["span_mask"], "bool")

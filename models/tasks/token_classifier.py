@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
 import keras
 from keras import ops
 
 from lmfactory.models.task_losses import track_loss, weighted_mean, with_regularization
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import Task, int_inputs
 
 
 class FirstSubTokenLoss:
@@ -16,7 +18,7 @@ class FirstSubTokenLoss:
     every non-padding position counts. Tracks ``token_loss`` and the weighted
     ``token_accuracy``; the model creates them with `_create_tagging_metrics`. Mixed into
     `TokenClassifier` and ``feature_based_tagger.FeatureBasedTagger`` (before
-    ``keras.Model`` in the bases)."""
+    `Task` in the bases)."""
 
     def _create_tagging_metrics(self):
         self.token_loss_tracker = keras.metrics.Mean(name="token_loss")
@@ -41,8 +43,7 @@ class FirstSubTokenLoss:
         return with_regularization(self, loss)
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class TokenClassifier(FirstSubTokenLoss, BackboneTask, keras.Model):
+class TokenClassifier(FirstSubTokenLoss, Task):
     """An encoder backbone with a per-token classification layer on ``sequence_output``.
 
     BERT §4.3 (Figure 4d): the final hidden vector of each token feeds a classification layer
@@ -71,20 +72,14 @@ class TokenClassifier(FirstSubTokenLoss, BackboneTask, keras.Model):
             raise ValueError(f"num_labels must be positive, got {num_labels}")
         # === Layers ===
         self.backbone = backbone
-        self.output_dropout = keras.layers.Dropout(
-            dropout, dtype=backbone.dtype_policy, name="output_dropout")
-        self.output_dense = keras.layers.Dense(
-            int(num_labels),
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
-            dtype=backbone.dtype_policy,
-            name="logits",
-        )
+        self.add_output_layers(
+            int(num_labels), dropout,
+            functools.partial(keras.initializers.TruncatedNormal, stddev=0.02),
+            dtype=backbone.dtype_policy)
 
         # === Functional model ===
-        inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
-                  for name in backbone.input}
-        sequence = backbone(inputs)["sequence_output"]
-        logits = self.output_dense(self.output_dropout(sequence))
+        inputs = int_inputs(backbone.input)
+        logits = self.output_head(backbone(inputs)["sequence_output"])
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
 
         # === Config ===

@@ -40,7 +40,7 @@ from lmfactory.models.bert.bert_classifier import BERT_CLASSIFIER_INPUTS, BertCl
 from lmfactory.models.encoder_utils import model_inputs, require_inputs
 from lmfactory.models.task_losses import (batch_mean, sum_over_replicas, track_loss,
                                           with_regularization)
-from lmfactory.models.task_model import BackboneTask
+from lmfactory.models.task_model import SubclassedTask
 
 
 # --------------------------------------------------------------------------- helpers
@@ -113,7 +113,7 @@ def _backbone_dims(backbone) -> tuple:
 # --------------------------------------------------------------------------- base
 
 
-class TinyBertDistillation(BackboneTask, keras.Model):
+class TinyBertDistillation(SubclassedTask, register=False):
     """What TinyBERT's two distillers share: the frozen teacher, the layer mapping g, the
     projections W_e and W_h, and the embedding / hidden-state / attention losses (module
     docstring). Not registered as a task itself; see the two subclasses."""
@@ -230,7 +230,6 @@ class TinyBertDistillation(BackboneTask, keras.Model):
 # --------------------------------------------------------------------------- general
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
 class TinyBertGeneralDistiller(TinyBertDistillation):
     """TinyBERT's general distillation (§3.2, Figure 2 left): L = L_embd + L_hidn + L_attn.
 
@@ -274,7 +273,6 @@ class TinyBertGeneralDistiller(TinyBertDistillation):
 # --------------------------------------------------------------------------- task-specific
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
 class TinyBertTaskDistiller(TinyBertDistillation):
     """TinyBERT's task-specific distillation (§3.2, Figure 2 right; Eq. 10-11).
 
