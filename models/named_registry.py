@@ -20,7 +20,7 @@ class NamedRegistry:
     Args:
         what: what a record is, for messages ("architecture", "task kind", ...).
         unknown: the message of `get` for an unknown name, formatted with ``what``,
-            ``name`` and ``names`` (the registered names).
+            ``name`` and ``names`` (the registered names, sorted).
     """
 
     def __init__(self, what: str,
@@ -56,7 +56,7 @@ class NamedRegistry:
     def get(self, name: str):
         if name not in self._records:
             raise ValueError(self._unknown.format(what=self.what, name=name,
-                                                  names=self.names()))
+                                                  names=tuple(sorted(self.names()))))
         return self._records[name]
 
     def __contains__(self, name) -> bool:
