@@ -48,7 +48,26 @@ def add_gpt2_layers(model, *, vocabulary_size, max_sequence_length, hidden_dim, 
     )
 
 
-class GPT2Backbone(decoder_cache.KeyValueCacheDecoding, Backbone):
+class Gpt2LayersBackbone(decoder_cache.KeyValueCacheDecoding, Backbone):
+    """What a backbone built from GPT-2's layers (`add_gpt2_layers`: GPT-2, and GPT-3, which
+    keeps them, §2.1) shares: the functional graph ending in the final LayerNorm, the
+    residual rescaling of GPT-2 §2.3, and cached decoding (`KeyValueCacheDecoding`)."""
+
+    def _build_gpt2_graph(self, *, dtype, arguments, **kwargs):
+        """Wires the layers ``add_gpt2_layers`` made into the functional model (the
+        subclass's constructor ``arguments`` become its config), then re-draws the residual
+        projections with stddev 0.02 / sqrt(2 * num_layers) (§2.3: N = 2 residuals a block)."""
+        inputs, outputs = decoder_graph(self, final_layer_norm=self.layer_norm)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=arguments,
+                         **kwargs)
+        scale_residual_projections(self.transformer_layers)
+
+    def residual_projection_kernels(self):
+        """The kernels `scale_residual_projections` re-drew (GPT-2 §2.3)."""
+        return residual_projection_kernels(self.transformer_layers)
+
+
+class GPT2Backbone(Gpt2LayersBackbone):
     """The GPT-2 Transformer decoder, without the language-model output layer.
 
     GPT-1 (Radford et al. 2018) §3.1: a multi-layer Transformer decoder (masked
@@ -110,14 +129,4 @@ class GPT2Backbone(decoder_cache.KeyValueCacheDecoding, Backbone):
             layer_norm_epsilon=layer_norm_epsilon,
             dtype=dtype,
         )
-
-        # === Functional model ===
-        inputs, outputs = decoder_graph(self, final_layer_norm=self.layer_norm)
-        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
-                         **kwargs)
-
-        scale_residual_projections(self.transformer_layers)
-
-    def residual_projection_kernels(self):
-        """The kernels `scale_residual_projections` re-drew (GPT-2 §2.3)."""
-        return residual_projection_kernels(self.transformer_layers)
+        self._build_gpt2_graph(dtype=dtype, arguments=locals(), **kwargs)

@@ -1,14 +1,10 @@
 """GPT-3 decoder network (Brown et al. 2020, "Language Models are Few-Shot Learners")."""
 
-from lmfactory.models import decoder_cache
 from lmfactory.models.attention import SparseTransformerDecoder
-from lmfactory.models.backbone import Backbone
-from lmfactory.models.decoder_utils import (decoder_graph, residual_projection_kernels,
-                                            scale_residual_projections)
-from lmfactory.models.gpt2.gpt2_backbone import add_gpt2_layers
+from lmfactory.models.gpt2.gpt2_backbone import Gpt2LayersBackbone, add_gpt2_layers
 
 
-class GPT3Backbone(decoder_cache.KeyValueCacheDecoding, Backbone):
+class GPT3Backbone(Gpt2LayersBackbone):
     """The GPT-3 Transformer decoder, without the language-model output layer.
 
     §2.1: "We use the same model and architecture as GPT-2, including the modified
@@ -107,18 +103,7 @@ class GPT3Backbone(decoder_cache.KeyValueCacheDecoding, Backbone):
             layer_norm_epsilon=layer_norm_epsilon,
             dtype=dtype,
         )
-
-        # === Functional model ===
-        inputs, outputs = decoder_graph(self, final_layer_norm=self.layer_norm)
-        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
-                         **kwargs)
-
-        # GPT-2 §2.3: residual-layer weights scaled by 1/sqrt(N), N = 2 residuals per block.
-        scale_residual_projections(self.transformer_layers)
-
-    def residual_projection_kernels(self):
-        """The kernels `scale_residual_projections` re-drew (GPT-2 §2.3)."""
-        return residual_projection_kernels(self.transformer_layers)
+        self._build_gpt2_graph(dtype=dtype, arguments=locals(), **kwargs)
 
     @property
     def state_head_dim(self) -> int:
