@@ -278,6 +278,10 @@ def test_word_counts_rejects_a_misaligned_folder(word_folder, tmp_path):
         word_counts(str(folder))
 
 
-def test_config_requires_unk_for_word():
+def test_config_requires_unk_for_word_and_one_word_special_tokens():
     with pytest.raises(ValueError, match="need an 'unk' role"):
         VocabularyConfig(kind="word", vocab_size=10, special_tokens={"pad": "<pad>"})
+    with pytest.raises(ValueError, match="must not contain whitespace"):
+        VocabularyConfig(kind="word", vocab_size=10, special_tokens={"unk": "<un k>"})
+    assert VocabularyConfig(kind="word", vocab_size=2).resolved_special_tokens == {
+        "unk": "<unk>"}

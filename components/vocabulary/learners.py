@@ -162,7 +162,7 @@ LEARNERS = {learner.kind: learner for learner in (
     Learner("word", word.SPECIAL_TOKENS, _count_word, _learn_word,
             lambda output_dir, settings: _file_size(output_dir, settings, "vocabulary_file",
                                                     lambda f: sum(1 for _ in f)),
-            needs_unk=True),
+            needs_unk=True, check_special_tokens=word.check_special_tokens),
 )}
 
 __all__ = ["LEARNERS", "Learner"]

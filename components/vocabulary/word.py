@@ -26,6 +26,14 @@ COUNTS_FILE = "counts.txt"
 TOTAL_KEY = ""  # the number of words of a batch (split_words never yields an empty word)
 
 
+def check_special_tokens(special_tokens: Mapping[str, str]) -> None:
+    """A ValueError for a special token the tokenizer could never read back as one word."""
+    for role, token in special_tokens.items():
+        if token != "".join(token.split()):
+            raise ValueError(f"special_tokens[{role!r}] for word must not contain whitespace "
+                             f"(words are split on it), got {token!r}")
+
+
 def count_lines(lines: Sequence[str], lowercase: bool,
                 special_tokens: Mapping[str, str]) -> list[tuple[str, int]]:
     """(word, count) pairs of a batch of lines, plus (:data:`TOTAL_KEY`, number of words)."""
@@ -94,4 +102,4 @@ def write_files(output_dir: str, tokens: Sequence[str], counts: Sequence[int]) -
 
 
 __all__ = ["COUNTS_FILE", "SPECIAL_TOKENS", "TOTAL_KEY", "UNK", "VOCABULARY_FILE",
-           "count_lines", "learn_vocabulary", "tokenizer_config", "write_files"]
+           "check_special_tokens", "count_lines", "learn_vocabulary", "tokenizer_config", "write_files"]
