@@ -23,8 +23,8 @@ import numpy as np
 import tensorflow as tf
 from keras_hub.src.utils.tensor_utils import convert_to_ragged_batch, preprocessing_function
 
-from lmfactory.models.tokenizers.config import (read_lines, unique_special_tokens,
-                                                vocabulary_path)
+from lmfactory.models.tokenizers.config import (read_lines, read_tokenizer_config,
+                                                unique_special_tokens, vocabulary_path)
 from lmfactory.models.tokenizers.kinds import TokenizerKind, register_kind
 from lmfactory.models.tokenizers.normalization import PYTHON_WHITESPACE, lowercase_characters
 
@@ -182,8 +182,6 @@ class WordTokenizer(keras_nlp.tokenizers.Tokenizer):
 def word_counts(vocab_dir: str) -> np.ndarray:
     """The corpus count of each id of a ``word`` vocabulary folder (``counts.txt``), as an
     int64 array aligned with the ids; the ``unk`` id holds the out-of-vocabulary total."""
-    from lmfactory.models.tokenizers.config import read_tokenizer_config
-
     config = read_tokenizer_config(vocab_dir)
     if config["kind"] != "word":
         raise ValueError(f"Vocabulary folder {vocab_dir!r} is of kind {config['kind']!r}; "
