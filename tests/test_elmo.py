@@ -32,7 +32,9 @@ def random_inputs(mask, seed=0):
     rng = np.random.default_rng(seed)
     mask = np.asarray(mask, "int32")
     characters = rng.integers(1, chars.CHARACTER_VOCABULARY_SIZE, mask.shape + (C,))
-    return {"character_ids": (characters * mask[..., None]).astype("int32"),
+    return {"token_ids": (rng.integers(1, TINY["vocabulary_size"], mask.shape) * mask
+                          ).astype("int32"),
+            "character_ids": (characters * mask[..., None]).astype("int32"),
             "padding_mask": mask}
 
 
@@ -183,30 +185,48 @@ def test_forward_sees_only_earlier_and_backward_only_later_tokens(mask):
 def test_padding_left_equals_right():
     backbone = tiny_backbone()
     right = random_inputs([[1, 1, 1, 0, 0]])
-    left = {"character_ids": np.roll(right["character_ids"], 2, axis=1),
-            "padding_mask": np.roll(right["padding_mask"], 2, axis=1)}
+    left = {name: np.roll(value, 2, axis=1) for name, value in right.items()}
     a = backbone(right)["layer_outputs"].numpy()[0, :, :3]
     b = backbone(left)["layer_outputs"].numpy()[0, :, 2:]
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_targets_are_the_real_neighbours():
+    backbone = tiny_backbone()
+    inputs = random_inputs([[1, 1, 1, 0], [0, 1, 1, 1]])
+    inputs["token_ids"] = np.array([[5, 6, 7, 0], [0, 8, 9, 10]], "int32")
+    out = backbone(inputs)
+    np.testing.assert_array_equal(out["forward_targets"].numpy(), [[6, 7, -1, -1],
+                                                                   [-1, 9, 10, -1]])
+    np.testing.assert_array_equal(out["backward_targets"].numpy(), [[-1, 5, 6, -1],
+                                                                    [-1, -1, 8, 9]])
 
 
 def test_bilm_loss_is_forward_plus_backward_nll():
     backbone = tiny_backbone()
     model = ElmoBiLM(backbone)
     model.compile(optimizer="adam")
-    x = random_inputs(np.ones((2, 4)))
-    rng = np.random.default_rng(5)
-    y = {d: rng.integers(0, 40, (2, 4)).astype("int32") for d in ("forward", "backward")}
-    weights = {d: np.array([[1, 1, 1, 0], [1, 1, 0, 0]], "float32") for d in y}
-    logits = model(x)
-    loss = float(model.compute_loss(x, y, logits, weights))
-    expected = sum((numpy_nll(logits[d], y[d]) * weights[d]).sum() / (weights[d].sum() + 1e-5)
-                   for d in y)
+    x = random_inputs([[1, 1, 1, 1], [1, 1, 1, 0]])
+    weights = np.array([[1, 1, 0, 1], [1, 1, 1, 0]], "float32")
+    out = model(x)
+    loss = float(model.compute_loss(x, x["token_ids"], out, weights))
+    ids = x["token_ids"]
+    expected = 0.0
+    for direction, shift in (("forward", 1), ("backward", -1)):
+        nll, total = 0.0, 0.0
+        for row in range(2):
+            for k in range(4):
+                target = k + shift
+                if 0 <= target < 4 and x["padding_mask"][row, target] and x["padding_mask"][row, k]:
+                    nll += weights[row, k] * numpy_nll(out[direction][row, k][None],
+                                                       ids[row, target][None])[0]
+                    total += weights[row, k]
+        expected += nll / (total + 1e-5)
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
     # the softmax is shared: one Dense layer reads both directions' top layer
     assert len([w for w in model.trainable_weights if "softmax" in w.path]) == 2
     forward_logits = model.softmax(backbone(x)["sequence_output"][..., :P]).numpy()
-    np.testing.assert_allclose(forward_logits, logits["forward"].numpy(), atol=1e-5)
+    np.testing.assert_allclose(forward_logits, out["forward"].numpy(), atol=1e-5)
     metrics = {m.name: m for m in model.metrics}
     assert {"forward_perplexity", "backward_perplexity"} <= set(metrics)
 
@@ -216,9 +236,7 @@ def test_bilm_trains_and_round_trips(tmp_path):
     model = ElmoBiLM(backbone)
     model.compile(optimizer=keras.optimizers.Adam(0.01))
     x = random_inputs(np.ones((4, 6)))
-    ids = np.random.default_rng(0).integers(0, 40, (4, 8)).astype("int32")
-    y = {"forward": ids[:, 2:], "backward": ids[:, :-2]}
-    history = model.fit(x, y, epochs=8, verbose=0, batch_size=4)
+    history = model.fit(x, x["token_ids"], epochs=8, verbose=0, batch_size=4)
     losses = history.history["loss"]
     assert losses[-1] < losses[0]
     assert history.history["forward_perplexity"][-1] > 1.0
@@ -257,10 +275,7 @@ def test_scalar_mix_is_gamma_times_softmax_weighted_sum_and_l2():
 def head_inputs(batch=2, length=5):
     mask = np.ones((batch, length), "int32")
     mask[0, -2:] = 0
-    inputs = random_inputs(mask)
-    inputs["token_ids"] = (np.random.default_rng(1).integers(1, 40, (batch, length)) * mask
-                           ).astype("int32")
-    return inputs
+    return random_inputs(mask)
 
 
 @pytest.mark.parametrize("mix", ["all", "top"])
@@ -301,36 +316,39 @@ def test_classifier_trains_with_l2_on_the_mix_and_round_trips(tmp_path):
 def test_bilm_windows_cover_every_target_once():
     stream = bilm.sentence_stream([[[5, 6, 7]], [[8, 9]]], begin_id=1, end_id=2)
     assert stream == [1, 5, 6, 7, 2, 1, 8, 9, 2]
-    cut, dropped = bilm.windows(stream, 3)
-    assert cut == [[1, 5, 6, 7, 2], [7, 2, 1, 8, 9]] and dropped == 1
-    forward = [t for w in cut for t in w[2:]]
-    backward = [t for w in cut for t in w[:-2]]
-    assert forward == stream[2:8] and backward == stream[0:6]
+    cut, dropped = bilm.windows(stream, 4)
+    assert cut == [[1, 5, 6, 7], [7, 2, 1, 8]] and dropped == 2
+    forward = [t for w in cut for t in w[1:]]
+    backward = [t for w in cut for t in w[:-1]]
+    assert forward == stream[1:7] and backward == stream[0:6]
+    assert bilm.windows([1, 2], 4) == ([], 2)
 
 
 def test_bilm_records_and_converter():
     table = np.arange(10 * bilm.CHARACTERS).reshape(10, bilm.CHARACTERS)
     state = bilm.BilmVocabulary(1, 2, table)
-    config = {"max_seq_length": 3, "ngram_masking": 0}
+    config = {"max_seq_length": 4, "ngram_masking": 0}
     records, stats = bilm.shard_examples([[[5, 6, 7]], [[8, 9]]], state, config)
-    assert stats == {"windows": 2, "tokens": 9, "dropped_tail_tokens": 1}
+    assert stats == {"windows": 2, "tokens": 9, "dropped_tail_tokens": 2}
     parsed = tf.io.parse_example(tf.constant(records), bilm.feature_spec(config))
     x, y, weights = bilm.converter(config)(parsed)
-    np.testing.assert_array_equal(x["character_ids"].numpy()[0], table[[5, 6, 7]])
-    np.testing.assert_array_equal(y["forward"].numpy(), [[6, 7, 2], [1, 8, 9]])
-    np.testing.assert_array_equal(y["backward"].numpy(), [[1, 5, 6], [7, 2, 1]])
-    assert x["padding_mask"].numpy().all() and weights["forward"].numpy().sum() == 6
+    np.testing.assert_array_equal(x["token_ids"].numpy(), [[1, 5, 6, 7], [7, 2, 1, 8]])
+    np.testing.assert_array_equal(y.numpy(), x["token_ids"].numpy())
+    np.testing.assert_array_equal(x["character_ids"].numpy()[1], table[[7, 2, 1, 8]])
+    assert x["padding_mask"].numpy().all() and weights.numpy().sum() == 8
+    with pytest.raises(ValueError, match="ngram_masking"):
+        bilm.check_config({"ngram_masking": 3})
 
 
 # --------------------------------------------------------------------------- preprocessing
 
 
-def word_tokenizer():
-    import keras_nlp
+def word_tokenizer(lowercase=False):
+    from lmfactory.models.tokenizers.word import WordTokenizer
 
     vocabulary = ["<pad>", "<unk>", "<S>", "</S>", "the", "cat", "sat"]
-    return keras_nlp.tokenizers.WordPieceTokenizer(vocabulary=vocabulary, oov_token="<unk>",
-                                                   lowercase=False)
+    return WordTokenizer(vocabulary, special_tokens=models.get("elmo").special_tokens,
+                         lowercase=lowercase)
 
 
 def test_preprocessor_frames_truncates_and_defines_bad_input():
@@ -345,3 +363,14 @@ def test_preprocessor_frames_truncates_and_defines_bad_input():
     np.testing.assert_array_equal(out["character_ids"].numpy()[3, 1], spelled)
     assert (out["character_ids"].numpy()[1, 2:] == chars.PADDED_TOKEN).all()
     assert out["character_ids"].numpy()[0, 0, 1] == chars.BEGIN_SENTENCE
+
+
+def test_preprocessor_lowercases_characters_only_with_a_lowercased_vocabulary():
+    layer = ElmoPreprocessor(word_tokenizer(lowercase=True), sequence_length=4,
+                             max_characters_per_token=C, lowercase=True)
+    out = layer(tf.constant(["The CAT"]))
+    np.testing.assert_array_equal(out["token_ids"].numpy(), [[2, 4, 5, 3]])
+    np.testing.assert_array_equal(out["character_ids"].numpy()[0, 1],
+                                  chars.word_character_ids(tf.constant(["the"]), C).numpy()[0])
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        ElmoPreprocessor(word_tokenizer(), sequence_length=4, begin_token="<BOS>")

@@ -4,29 +4,29 @@ Benchmark).
 
 Every sentence of a document becomes ``[<S>] ids [</S>]`` (the vocabulary's ``cls`` and
 ``sep`` tokens); the sentences of a shard's documents, in canonical order, form one stream,
-cut into windows of ``max_seq_length + 2`` ids with a stride of ``max_seq_length``. The model
-reads the L = ``max_seq_length`` middle ids ``w[1:L+1]``; the forward LM predicts the next id
-``w[2:L+2]`` (§3.1: p(t_k | t_1..t_{k-1})) and the backward LM the previous one ``w[0:L]``
-(p(t_k | t_{k+1}..t_N)). With that stride every id of the stream (but the first two / last
-two) is a forward target exactly once and a backward target exactly once. The incomplete
-window at the end of a shard is dropped and counted (``dropped_tail_tokens``).
+cut into windows of N = ``max_seq_length`` ids with a stride of N - 1 (consecutive windows
+share one id). In a window the forward LM predicts ids 1..N-1 from their left context (§3.1:
+p(t_k | t_1..t_{k-1})) and the backward LM ids 0..N-2 from their right context
+(p(t_k | t_{k+1}..t_N)); with that stride every id of the stream but the first is a forward
+target exactly once, and every id but the last a backward target exactly once. The
+incomplete window at the end of a shard is dropped and counted (``dropped_tail_tokens``).
 
 Character ids. The biLM reads tokens through their characters (§3.4), so a record also
-carries the character ids of its L input tokens (`models/tokenizers/word_characters.py`:
-UTF-8 bytes + 1, begin/end-of-word, padding, the boundary tokens' own characters; 50 per
-token, the original's width), computed once per worker from the vocabulary's word strings.
-Carrying them in the record (rather than recomputing them in the tf.data converter) keeps
-the converter a pure function of the pretraining config, which is all the registry gives
-it (it has no vocabulary), and makes records self-contained for the trainer and evaluator.
-A word outside the vocabulary is read as its ``unk`` token's characters, since the corpus
-reaches this stage as ids. (Served text keeps its own spelling: serving computes character
-ids from the raw words.)
+carries the character ids of its N tokens (`models/tokenizers/word_characters.py`: UTF-8
+bytes + 1, begin/end-of-word, padding, the boundary tokens' own characters; 50 per token,
+the original's width), computed once per worker from the vocabulary's word strings.
+Carrying them in the record (rather than computing them in the tf.data converter) keeps the
+converter a pure function of the pretraining config, which is all the registry gives it (it
+has no vocabulary), and makes records self-contained for the trainer and evaluator. A word
+outside the vocabulary is read as its ``unk`` token's characters, since the corpus reaches
+this stage as ids (served text keeps its own spelling: serving computes character ids from
+the raw words).
 
 Registry record (``OBJECTIVE``): documents as sentences (``registry.SENTENCES``); records
-``token_ids[L+2]`` and ``character_ids[L*50]``; the converter gives x = ``{"character_ids"
-[B, L, 50], "padding_mask" [B, L]}``, y = ``{"forward": [B, L], "backward": [B, L]}`` and
-sample_weight ``{"forward", "backward"}`` (ones: windows hold no padding). Not ``causal``:
-the trained model is bidirectional and does not generate.
+``token_ids[N]`` and ``character_ids[N*50]``; the converter gives x = ``{"token_ids" [B, N],
+"character_ids" [B, N, 50], "padding_mask" [B, N]}``, y = the token ids (what the two LMs
+predict, each position from either side) and sample_weight = ones [B, N] (windows hold no
+padding). Not ``causal``: the trained model is bidirectional and does not generate.
 """
 
 from __future__ import annotations
@@ -83,16 +83,17 @@ def sentence_stream(documents: Iterable[Sequence[Sequence[int]]], begin_id: int,
 
 
 def windows(stream: Sequence[int], length: int) -> tuple:
-    """Windows of ``length + 2`` ids at a stride of ``length``; returns ``(windows,
-    dropped_tail_tokens)``."""
-    count = max(0, (len(stream) - 2) // length)
-    cut = [list(stream[start * length:start * length + length + 2]) for start in range(count)]
-    used = count * length + 2 if count else 0
+    """Windows of ``length`` ids at a stride of ``length - 1``; returns ``(windows,
+    dropped_tail_tokens)`` (the ids after the last window)."""
+    stride = length - 1
+    count = (len(stream) - length) // stride + 1 if len(stream) >= length else 0
+    cut = [list(stream[index * stride:index * stride + length]) for index in range(count)]
+    used = (count - 1) * stride + length if count else 0
     return cut, len(stream) - used
 
 
 def to_tf_example(window: Sequence[int], character_table: np.ndarray) -> tf.train.Example:
-    characters = character_table[np.asarray(window[1:-1])].reshape(-1)
+    characters = character_table[np.asarray(window)].reshape(-1)
     feature = {
         "token_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=window)),
         "character_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=characters)),
@@ -112,6 +113,7 @@ def shard_examples(documents, state: BilmVocabulary, config: dict, seed_scope=()
 
 
 def check_config(config: dict) -> None:
+    """Windows have no masked-LM targets."""
     if config["ngram_masking"] > 0:
         raise ValueError(f"ngram_masking applies to the masked-LM objectives, not "
                          f"{OBJECTIVE_NAME!r}; set it to 0")
@@ -119,7 +121,7 @@ def check_config(config: dict) -> None:
 
 def feature_spec(config: dict) -> dict:
     length = int(config["max_seq_length"])
-    return {"token_ids": tf.io.FixedLenFeature([length + 2], tf.int64),
+    return {"token_ids": tf.io.FixedLenFeature([length], tf.int64),
             "character_ids": tf.io.FixedLenFeature([length * CHARACTERS], tf.int64)}
 
 
@@ -130,11 +132,9 @@ def converter(config: dict):
         ids = tf.cast(features["token_ids"], tf.int32)
         characters = tf.reshape(tf.cast(features["character_ids"], tf.int32),
                                 [-1, length, CHARACTERS])
-        padding_mask = tf.ones_like(ids[:, 1:-1], dtype=tf.bool)
-        weights = tf.cast(padding_mask, tf.float32)
-        x = {"character_ids": characters, "padding_mask": padding_mask}
-        y = {"forward": ids[:, 2:], "backward": ids[:, :-2]}
-        return x, y, {"forward": weights, "backward": weights}
+        padding_mask = tf.ones_like(ids, dtype=tf.bool)
+        x = {"token_ids": ids, "character_ids": characters, "padding_mask": padding_mask}
+        return x, ids, tf.cast(padding_mask, tf.float32)
 
     return bilm_batch
 

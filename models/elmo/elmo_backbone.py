@@ -11,6 +11,19 @@ from lmfactory.models.elmo.elmo_character_encoder import ElmoCharacterEncoder
 from lmfactory.models.elmo.elmo_lstm_cell import ElmoLstmCell
 
 
+def neighbour_targets(token_ids, mask) -> tuple:
+    """The biLM's targets at each position: the id of the next token (forward LM) and of the
+    previous token (backward LM) where that token is real, else -1. Padding is a contiguous
+    block at either end, so the neighbours of a real token are its sentence neighbours."""
+    token_ids = ops.cast(token_ids, "int32")
+    none = ops.full_like(token_ids[:, :1], -1)
+    real = ops.logical_and(mask[:, 1:], mask[:, :-1])
+    forward = ops.where(real, token_ids[:, 1:], -1)
+    backward = ops.where(real, token_ids[:, :-1], -1)
+    return (ops.concatenate([forward, none], axis=1),
+            ops.concatenate([none, backward], axis=1))
+
+
 class ElmoBackbone(Backbone):
     """The biLM: a character CNN token encoder, then a forward and a backward stack of
     projected LSTMs over the sentence.
@@ -33,16 +46,21 @@ class ElmoBackbone(Backbone):
     from it to the end of the sentence; the result is flipped back to sentence order.
     Padded positions output zeros.
 
-    Inputs (dict): ``character_ids`` int32 [B, T, C] (`models/tokenizers/word_characters.py`;
-    C = ``max_characters_per_token``) and ``padding_mask`` [B, T] (1 = real token). The word
-    ids of a sentence are not an input: the biLM reads tokens through their characters only
-    (§3.4), word ids are the pre-trainer's targets and the task models' own embeddings.
+    Inputs (dict): ``token_ids`` int32 [B, T] (word ids), ``character_ids`` [B, T, C]
+    (`models/tokenizers/word_characters.py`; C = ``max_characters_per_token``) and
+    ``padding_mask`` [B, T] (1 = real token). The LSTMs read each token through its
+    characters only (§3.4); the word ids are what the two LMs predict (§3.1), given as the
+    ``forward_targets`` / ``backward_targets`` outputs, and what task models embed.
     Outputs (dict):
         ``sequence_output`` [B, T, 2 * projection_dim]: the top layer, [forward; backward]
             (h_{k,L}^LM of §3.2);
         ``layer_outputs`` [B, L + 1, T, 2 * projection_dim]: h_{k,j}^LM for j = 0..L, layer
             0 being the token representation x_k^LM duplicated to both directions (§3.2:
-            "h_{k,0}^LM is the token layer"), what the task's scalar mix weighs.
+            "h_{k,0}^LM is the token layer"), what the task's scalar mix weighs;
+        ``forward_targets`` / ``backward_targets`` int32 [B, T]: the word the forward LM
+            predicts at each position (the next real token's id) and the backward LM (the
+            previous one), -1 where there is none (the sentence's last / first token, and
+            padding).
 
     Args:
         vocabulary_size: the word vocabulary (the size of the shared softmax; the backbone
@@ -87,6 +105,7 @@ class ElmoBackbone(Backbone):
 
         # === Functional model ===
         inputs = {
+            "token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids"),
             "character_ids": keras.Input(shape=(None, int(max_characters_per_token)),
                                          dtype="int32", name="character_ids"),
             "padding_mask": keras.Input(shape=(None,), dtype="int32", name="padding_mask"),
@@ -97,8 +116,10 @@ class ElmoBackbone(Backbone):
         forward, backward = self._lstm_stacks(tokens, mask)
         layer_outputs = [ops.concatenate([tokens, tokens], axis=-1)]
         layer_outputs += [ops.concatenate([f, b], axis=-1) for f, b in zip(forward, backward)]
+        forward_targets, backward_targets = neighbour_targets(inputs["token_ids"], mask)
         outputs = {"sequence_output": layer_outputs[-1],
-                   "layer_outputs": ops.stack(layer_outputs, axis=1)}
+                   "layer_outputs": ops.stack(layer_outputs, axis=1),
+                   "forward_targets": forward_targets, "backward_targets": backward_targets}
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
                          **kwargs)
 

@@ -14,20 +14,10 @@ DIRECTIONS = ("forward", "backward")
 
 
 def backbone_inputs(backbone) -> dict:
-    """Fresh `keras.Input`s shaped like the backbone's (``character_ids`` [B, T, C],
-    ``padding_mask`` [B, T])."""
+    """Fresh `keras.Input`s shaped like the backbone's (``token_ids`` and ``padding_mask``
+    [B, T], ``character_ids`` [B, T, C])."""
     return {name: keras.Input(shape=tensor.shape[1:], dtype="int32", name=name)
             for name, tensor in backbone.input.items()}
-
-
-def direction_weights(sample_weight, direction, shape):
-    """The float32 target weights of one direction (``sample_weight[direction]``, a shared
-    tensor, or ones)."""
-    if isinstance(sample_weight, dict):
-        sample_weight = sample_weight.get(direction)
-    if sample_weight is None:
-        return ops.ones(shape, "float32")
-    return ops.cast(sample_weight, "float32")
 
 
 class ElmoBiLM(Task):
@@ -39,24 +29,30 @@ class ElmoBiLM(Task):
     applied to the top layer of each direction; the original used a sampled softmax over its
     793k words, a training-speed device that does not change the model).
 
-    Inputs: the backbone's (``character_ids``, ``padding_mask``).
-    Outputs: ``{"forward": [B, T, V], "backward": [B, T, V]}`` logits; at position k the
-    forward LM predicts t_{k+1} and the backward LM t_{k-1} (`bilm` records).
+    Inputs: the backbone's (``token_ids``, ``character_ids``, ``padding_mask``).
+    Outputs: ``{"forward": [B, T, V], "backward": [B, T, V]}`` logits and the backbone's
+    ``forward_targets`` / ``backward_targets`` [B, T]: at position k the forward LM predicts
+    the next token and the backward LM the previous one (-1: no target).
     Loss (`compute_loss`; compile with an optimizer only): the forward mean NLL plus the
-    backward mean NLL over the weighted targets. Metrics: ``forward_loss``,
-    ``backward_loss``, ``forward_perplexity``, ``backward_perplexity``.
+    backward mean NLL over the positions that have a target, each weighted by
+    ``sample_weight`` (per input position; `bilm` records give ones), so a sentence's every
+    token is predicted from both sides. ``y`` (the records' token ids) is not read: the
+    targets are the ids the backbone read. Metrics: ``forward_loss``, ``backward_loss``,
+    ``forward_perplexity``, ``backward_perplexity``.
     """
 
     def __init__(self, backbone, **kwargs):
         self.backbone = backbone
-        vocabulary_size = int(backbone.vocabulary_size)
         width = int(backbone.projection_dim)
-        self.softmax = keras.layers.Dense(vocabulary_size, dtype=backbone.dtype_policy,
-                                          name="softmax")
+        self.softmax = keras.layers.Dense(int(backbone.vocabulary_size),
+                                          dtype=backbone.dtype_policy, name="softmax")
         inputs = backbone_inputs(backbone)
-        top = backbone(inputs)["sequence_output"]
+        encoded = backbone(inputs)
+        top = encoded["sequence_output"]
         outputs = {"forward": self.softmax(top[..., :width]),
-                   "backward": self.softmax(top[..., width:])}
+                   "backward": self.softmax(top[..., width:]),
+                   "forward_targets": encoded["forward_targets"],
+                   "backward_targets": encoded["backward_targets"]}
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
         # === Metrics ===
         self.forward_loss_tracker = keras.metrics.Mean(name="forward_loss")
@@ -66,10 +62,14 @@ class ElmoBiLM(Task):
         self.backward_perplexity = keras_nlp.metrics.Perplexity(
             from_logits=True, name="backward_perplexity")
 
-    def direction_loss(self, direction, labels, logits, sample_weight):
+    def direction_loss(self, direction, y_pred, sample_weight):
         """One direction's mean NLL (this replica's share), with its metrics."""
-        logits = ops.cast(logits, "float32")
-        weights = direction_weights(sample_weight, direction, ops.shape(labels))
+        logits = ops.cast(y_pred[direction], "float32")
+        targets = y_pred[f"{direction}_targets"]
+        weights = ops.cast(targets >= 0, "float32")
+        if sample_weight is not None:
+            weights = weights * ops.cast(sample_weight, "float32")
+        labels = ops.maximum(targets, 0)
         nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
         loss = weighted_mean(nll, weights)
         track_loss(getattr(self, f"{direction}_loss_tracker"), loss)
@@ -78,5 +78,6 @@ class ElmoBiLM(Task):
         return loss
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        loss = sum(self.direction_loss(d, y[d], y_pred[d], sample_weight) for d in DIRECTIONS)
+        del y  # the targets are the backbone's (the ids it read), see the class docstring
+        loss = sum(self.direction_loss(d, y_pred, sample_weight) for d in DIRECTIONS)
         return with_regularization(self, loss)

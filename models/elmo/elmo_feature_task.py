@@ -6,16 +6,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from lmfactory.models.elmo.elmo_bilm import backbone_inputs
 from lmfactory.models.elmo.elmo_scalar_mix import ElmoScalarMix
 from lmfactory.models.task_model import Task
-
-
-def task_inputs(backbone) -> dict:
-    """``token_ids`` [B, T] (the task model's word embeddings) plus the biLM's inputs."""
-    inputs = {"token_ids": keras.Input(shape=(None,), dtype="int32", name="token_ids")}
-    inputs.update({name: keras.Input(shape=tensor.shape[1:], dtype="int32", name=name)
-                   for name, tensor in backbone.input.items()})
-    return inputs
 
 
 class ElmoFeatureTask(Task, register=False):
@@ -58,10 +51,9 @@ class ElmoFeatureTask(Task, register=False):
             for i in range(int(num_lstm_layers))]
         self.task_dropout = keras.layers.Dropout(dropout, name="task_dropout")
 
-        inputs = task_inputs(backbone)
+        inputs = backbone_inputs(backbone)
         mask = ops.cast(inputs["padding_mask"], "bool")
-        layer_outputs = backbone({name: inputs[name] for name in backbone.input},
-                                 training=False)["layer_outputs"]
+        layer_outputs = backbone(inputs, training=False)["layer_outputs"]
         layer_outputs = ops.cast(layer_outputs, "float32")
         hidden = ops.concatenate([self.word_embedding(inputs["token_ids"]),
                                   self.input_mix(layer_outputs)], axis=-1)

@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from lmfactory.models.tokenizers.normalization import lowercase_characters
+from lmfactory.models.tokenizers.word import split_words
 from lmfactory.models.tokenizers.word_characters import (MAX_CHARACTERS_PER_TOKEN,
                                                          padded_character_ids)
 
@@ -15,7 +16,8 @@ class ElmoPreprocessor(keras.layers.Layer):
     """A batch of sentences [B] -> ``token_ids`` [B, S], ``character_ids`` [B, S, C],
     ``padding_mask`` [B, S] (S = ``sequence_length``).
 
-    A sentence is split on whitespace into words and framed by the boundary tokens the biLM
+    A sentence is split into words as the ``word`` tokenizer splits it (`split_words`: any
+    Unicode whitespace; invalid UTF-8 becomes U+FFFD) and framed by the boundary tokens the biLM
     was trained with (``<S> w_1 .. w_n </S>``, the vocabulary's ``cls`` / ``sep``; §3.4's
     biLM reads sentences so framed). Word ids come from the vocabulary's tokenizer (the first
     id of each word; ``unk`` for a word it does not know); character ids come from the raw
@@ -49,7 +51,10 @@ class ElmoPreprocessor(keras.layers.Layer):
         self.lowercase = bool(lowercase)
         ids = {}
         for token in (begin_token, end_token, pad_token):
-            ids[token] = tokenizer.token_to_id(token)
+            try:
+                ids[token] = tokenizer.token_to_id(token)
+            except (KeyError, ValueError):
+                ids[token] = None
             if ids[token] is None:
                 raise ValueError(f"The token {token!r} is not in the vocabulary")
         self.begin_id, self.end_id, self.pad_id = (int(ids[t]) for t in
@@ -58,7 +63,7 @@ class ElmoPreprocessor(keras.layers.Layer):
     def split_words(self, sentences):
         """Ragged [B, <= S - 2] words of each sentence, truncated."""
         sentences = tf.reshape(tf.convert_to_tensor(sentences, tf.string), [-1])
-        return tf.strings.split(sentences)[:, :self.sequence_length - 2]
+        return split_words(sentences, lowercase=False)[:, :self.sequence_length - 2]
 
     def word_ids(self, words):
         """The tokenizer's first id of each word (ragged like ``words``)."""
