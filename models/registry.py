@@ -90,6 +90,8 @@ class Architecture:
             inside the exported SavedModel), for an architecture with its own input format
             (GPT-1's start / delimiter / extract packing, §3.3); a kind not listed uses
             ``models/classifier_preprocessor.py``'s cls/sep packing in ``segment_layout``.
+            The ``tagging`` kind's is ``fn(vocab_dir, label_vocabulary, sequence_length)``
+            -> a `TokenClassificationPreprocessor` (subclass) with inputs of its own.
         special_tokens: role -> token the vocabulary must reserve (roles: ``pad``, ``unk``,
             ``cls``, ``sep``, ``mask``, ``end_of_text``); None = the tokenizer kind's default.
         segment_layout: how sentence pairs are packed, one of ``SEGMENT_LAYOUTS``.

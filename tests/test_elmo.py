@@ -374,3 +374,28 @@ def test_preprocessor_lowercases_characters_only_with_a_lowercased_vocabulary():
                                   chars.word_character_ids(tf.constant(["the"]), C).numpy()[0])
     with pytest.raises(ValueError, match="not in the vocabulary"):
         ElmoPreprocessor(word_tokenizer(), sequence_length=4, begin_token="<BOS>")
+
+
+def test_tagging_preprocessor_characters_follow_the_words_and_the_tagger_serves(tmp_path):
+    from lmfactory.components.trainer.tagging_serving import export_tagger
+    from lmfactory.models.elmo import ElmoTaggingPreprocessor
+
+    layer = ElmoTaggingPreprocessor(word_tokenizer(), ["O", "B-x"], sequence_length=5,
+                                    special_tokens={"cls": "<S>", "sep": "</S>", "pad": "<pad>"},
+                                    max_characters_per_token=C)
+    words = tf.ragged.constant([["the", "zebra"], ["cat", "sat", "the", "cat"]])
+    tags = tf.ragged.constant([["O", "B-x"], ["O", "O", "B-x", "O"]])
+    out = layer(words, tags)
+    np.testing.assert_array_equal(out["token_ids"].numpy(), [[2, 4, 1, 3, 0], [2, 5, 6, 4, 3]])
+    expected = chars.word_character_ids(tf.constant(["<S>", "the", "zebra", "</S>"]), C)
+    np.testing.assert_array_equal(out["character_ids"].numpy()[0, :4], expected.numpy())
+    assert (out["character_ids"].numpy()[0, 4] == chars.PADDED_TOKEN).all()
+    np.testing.assert_array_equal(out["sample_weight"].numpy()[0], [0, 1, 1, 0, 0])
+
+    model = ElmoTagger(tiny_backbone(vocabulary_size=7), num_labels=2)
+    export_tagger(layer, model, str(tmp_path / "tagger"))
+    serve = tf.saved_model.load(str(tmp_path / "tagger")).signatures["serving_default"]
+    served = serve(sentences=tf.constant(["the zebra", "", "cat " * 9]))
+    np.testing.assert_array_equal(served["lengths"].numpy(), [2, 0, 9])
+    tags = served["tags"].numpy()
+    assert set(tags[0, :2]) <= {b"O", b"B-x"} and tags[2, 8] == b"O"  # truncated word: O

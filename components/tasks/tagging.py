@@ -67,8 +67,9 @@ def train(context) -> dict:
     task = dict(config.task)
     labels = tag_vocabulary(context.train_files, context.eval_files)
     task["label_vocabulary"] = labels
-    preprocessor = token_classification_preprocessor(context.vocab_dir, labels,
-                                                     task["sequence_length"])
+    packing = (models.get(config.architecture).preprocessor("tagging")
+               or token_classification_preprocessor)
+    preprocessor = packing(context.vocab_dir, labels, task["sequence_length"])
     with context.strategy.scope():
         backbone = context.backbone()
         model = models.get(config.architecture).head("tagging")(

@@ -9,6 +9,8 @@ from lmfactory.models.elmo.elmo_classifier import ElmoClassifier
 from lmfactory.models.elmo.elmo_preprocessor import ElmoPreprocessor, elmo_preprocessor
 from lmfactory.models.elmo.elmo_presets import ELMO_PRESETS
 from lmfactory.models.elmo.elmo_tagger import ElmoTagger
+from lmfactory.models.elmo.elmo_tagging_preprocessor import (ElmoTaggingPreprocessor,
+                                                              elmo_tagging_preprocessor)
 
 ARCHITECTURE = registry.register(
     registry.Architecture(
@@ -19,7 +21,8 @@ ARCHITECTURE = registry.register(
         tokenizer_kind="word",
         pretrainers={"bilm": ElmoBiLM},
         heads={"classification": ElmoClassifier, "tagging": ElmoTagger},
-        preprocessors={"classification": elmo_preprocessor},
+        preprocessors={"classification": elmo_preprocessor,
+                       "tagging": elmo_tagging_preprocessor},
         special_tokens={"pad": "<pad>", "unk": "<unk>", "cls": "<S>", "sep": "</S>"},
         paper="Peters et al. 2018, Deep contextualized word representations, NAACL "
               "(biLM of Jozefowicz et al. 2016, Exploring the limits of language modeling)",
@@ -27,4 +30,5 @@ ARCHITECTURE = registry.register(
 )
 
 __all__ = ["ARCHITECTURE", "ElmoBackbone", "ElmoBiLM", "ElmoClassifier", "ElmoPreprocessor",
-           "ElmoTagger", "elmo_preprocessor"]
+           "ElmoTagger", "ElmoTaggingPreprocessor", "elmo_preprocessor",
+           "elmo_tagging_preprocessor"]

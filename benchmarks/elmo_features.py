@@ -1,0 +1,210 @@
+"""ELMo at tiny scale on CPU: a character-CNN biLM trained a few minutes on WikiText-2 valid
+(forward and backward held-out perplexity, Peters et al. 2018 §3.1), then SST-2 with the
+frozen biLM's features (§3.3) mixed from all layers (eq. 1) versus the top layer only
+(Table 2's "last only"), same task model, budget and seed.
+
+Data: ``../shared/data/wikitext-2/valid.txt`` (the last 10% of its lines held out) and
+``../shared/data/glue/SST-2`` (a slice of train, the full dev set). The word vocabulary is
+WikiText's lowercased words seen at least twice (SST-2 is lowercased). Everything runs in
+this process through the library's pieces: the `bilm` objective's windows and character
+table, `ElmoBiLM`, `ElmoPreprocessor`, `ElmoClassifier`.
+
+    python benchmarks/elmo_features.py --out-dir benchmark_results [--quick]
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+SST2_DIR = os.path.join(os.path.dirname(common.REPO), "shared", "data", "glue", "SST-2")
+WINDOW = 20
+
+
+def read_lines(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as handle:
+        return [line.strip().lower() for line in handle if line.strip()
+                and not line.strip().startswith("=")]
+
+
+def word_vocabulary(lines, special_tokens: dict, min_count: int = 2) -> list[str]:
+    counts = collections.Counter(word for line in lines for word in line.split())
+    specials = list(dict.fromkeys(special_tokens.values()))
+    words = sorted((w for w, c in counts.items() if c >= min_count and w not in specials),
+                   key=lambda w: (-counts[w], w))
+    return specials + words
+
+
+def bilm_windows(lines, tokenizer, table, begin_id, end_id):
+    """x dict of numpy arrays (windows of WINDOW ids at stride WINDOW - 1) for `ElmoBiLM`."""
+    from lmfactory.components.pretraining_data import bilm
+
+    ids = tokenizer(lines) if lines else []
+    stream = bilm.sentence_stream([ids], begin_id, end_id)
+    cut, _ = bilm.windows(stream, WINDOW)
+    token_ids = np.asarray(cut, "int32")
+    return {"token_ids": token_ids, "character_ids": table[token_ids].astype("int32"),
+            "padding_mask": np.ones_like(token_ids)}
+
+
+def held_out_perplexity(model, x, batch_size=64) -> dict:
+    """exp(mean NLL) of each direction over the held-out windows."""
+    import tensorflow as tf
+
+    totals = {"forward": [0.0, 0.0], "backward": [0.0, 0.0]}
+    for start in range(0, len(x["token_ids"]), batch_size):
+        batch = {k: v[start:start + batch_size] for k, v in x.items()}
+        out = model(batch, training=False)
+        for direction in totals:
+            targets = out[f"{direction}_targets"].numpy()
+            weights = (targets >= 0).astype("float64")
+            nll = tf.keras.losses.sparse_categorical_crossentropy(
+                np.maximum(targets, 0), out[direction], from_logits=True).numpy()
+            totals[direction][0] += float((nll * weights).sum())
+            totals[direction][1] += float(weights.sum())
+    return {d: float(np.exp(s / n)) for d, (s, n) in totals.items()}
+
+
+def read_sst2(path: str, limit: int | None = None):
+    rows = [line.rstrip("\n").split("\t") for line in open(path, encoding="utf-8")][1:]
+    rows = [row for row in rows if len(row) == 2][:limit]
+    return [row[0] for row in rows], np.asarray([int(row[1]) for row in rows])
+
+
+def classify(backbone_path, vocabulary_size_args, preprocessor, train, dev, mix, steps,
+             seed=0):
+    """Dev accuracy of an `ElmoClassifier` (frozen biLM loaded from ``backbone_path``)."""
+    import keras
+    import tensorflow as tf
+
+    from lmfactory.models.elmo import ElmoBackbone, ElmoClassifier
+
+    keras.utils.set_random_seed(seed)
+    backbone = ElmoBackbone(**vocabulary_size_args)
+    backbone.load_weights(backbone_path)
+    model = ElmoClassifier(backbone, num_classes=2, mix=mix, word_embedding_dim=64,
+                           lstm_units=64, elmo_dropout=0.5, l2=0.001, dropout=0.2)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    names = list(model.input)
+
+    def features(texts, labels):
+        packed = preprocessor(tf.constant(texts))
+        return {name: packed[name].numpy() for name in names}, labels
+
+    x_train, y_train = features(*train)
+    x_dev, y_dev = features(*dev)
+    started = time.perf_counter()
+    batches = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(
+        len(y_train), seed=seed).repeat().batch(32)
+    model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0)
+    seconds = time.perf_counter() - started
+    _, accuracy = model.evaluate(x_dev, y_dev, batch_size=128, verbose=0)
+    weights = [w for w in model.weights if "input_mix" in w.path]
+    mix_weights = {w.path.split("/")[-1]: [round(float(v), 3) for v in np.ravel(w.numpy())]
+                   for w in weights}
+    return float(accuracy), seconds, mix_weights
+
+
+def run(scales=(1,), out_dir: str = ".", quick: bool = False) -> common.Result:
+    import keras
+    import tensorflow as tf
+
+    from lmfactory import models
+    from lmfactory.models.elmo import ElmoBackbone, ElmoBiLM, ElmoPreprocessor
+    from lmfactory.models.tokenizers.word import WordTokenizer
+    from lmfactory.models.tokenizers.word_characters import word_character_ids
+
+    del scales
+    started = time.perf_counter()
+    os.makedirs(out_dir, exist_ok=True)
+    keras.utils.set_random_seed(0)
+    specials = dict(models.get("elmo").special_tokens)
+    lines = read_lines(common.WIKITEXT_VALID)
+    split = int(len(lines) * 0.9)
+    vocabulary = word_vocabulary(lines[:split], specials)
+    tokenizer = WordTokenizer(vocabulary, special_tokens=specials)
+    table = word_character_ids(tf.constant(vocabulary), 50, begin_sentence=specials["cls"],
+                               end_sentence=specials["sep"]).numpy()
+    begin_id, end_id = tokenizer.token_to_id(specials["cls"]), tokenizer.token_to_id(
+        specials["sep"])
+    train_x = bilm_windows(lines[:split], tokenizer, table, begin_id, end_id)
+    eval_x = bilm_windows(lines[split:], tokenizer, table, begin_id, end_id)
+
+    config = dict(models.get("elmo").presets["tiny"], vocabulary_size=len(vocabulary),
+                  lstm_units=256, projection_dim=64,
+                  filters=[[1, 16], [2, 16], [3, 32], [4, 64], [5, 64]])
+    backbone = ElmoBackbone(**config)
+    bilm = ElmoBiLM(backbone)
+    bilm.compile(optimizer=keras.optimizers.Adam(2e-3, clipnorm=10.0))
+    before = held_out_perplexity(bilm, eval_x)
+    epochs = 1 if quick else 3
+    steps = 20 if quick else None
+    data = tf.data.Dataset.from_tensor_slices(train_x).shuffle(len(train_x["token_ids"]),
+                                                               seed=0)
+    data = data.map(lambda x: (x, x["token_ids"])).batch(32, drop_remainder=True)
+    bilm_started = time.perf_counter()
+    history = bilm.fit(data.take(steps) if steps else data, epochs=epochs, verbose=0)
+    bilm_seconds = time.perf_counter() - bilm_started
+    after = held_out_perplexity(bilm, eval_x)
+    backbone_path = os.path.join(out_dir, "elmo_bilm.weights.h5")
+    backbone.save_weights(backbone_path)
+
+    preprocessor = ElmoPreprocessor(tokenizer, 48, begin_token=specials["cls"],
+                                    end_token=specials["sep"], pad_token=specials["pad"])
+    train = read_sst2(os.path.join(SST2_DIR, "train.tsv"), 400 if quick else 8000)
+    dev = read_sst2(os.path.join(SST2_DIR, "dev.tsv"), 100 if quick else None)
+    task_steps = 10 if quick else 500
+    results = {mix: classify(backbone_path, config, preprocessor, train, dev, mix, task_steps)
+               for mix in ("all", "top")}
+
+    unknown = sum(tokenizer.token_to_id(specials["unk"]) == i
+                  for i in eval_x["token_ids"].reshape(-1))
+    tables = [
+        common.Table(
+            "biLM held-out perplexity (WikiText-2 valid, last 10% of lines)",
+            ["", "forward", "backward"],
+            [["before training", before["forward"], before["backward"]],
+             [f"after {epochs} epoch(s), {bilm_seconds:.0f} s", after["forward"],
+              after["backward"]]],
+            note=f"{len(train_x['token_ids'])} training windows of {WINDOW} words, "
+                 f"vocabulary {len(vocabulary)} words; {bilm.count_params():,} parameters; "
+                 f"{unknown} <unk> ids among the held-out ids."),
+        common.Table(
+            "SST-2 dev accuracy, frozen biLM features (§3.3)",
+            ["ELMo mix", "dev accuracy", "train seconds", "learned mix"],
+            [[f"{mix} layers" if mix == "all" else "top layer only", acc, round(sec),
+              str(weights)] for mix, (acc, sec, weights) in results.items()],
+            note=f"{len(train[0])} training sentences, {len(dev[0])} dev sentences, "
+                 f"{task_steps} steps of 32, same seed and task model."),
+    ]
+    findings = [f"mix of all layers {results['all'][0]:.4f} vs top layer only "
+                f"{results['top'][0]:.4f} on SST-2 dev"]
+    result = common.Result(
+        name="ELMo: biLM perplexity and the scalar mix of all layers vs the top layer",
+        tables=tables, findings=findings,
+        figures={"perplexity_before": before, "perplexity_after": after,
+                 "bilm_loss": history.history["loss"],
+                 "sst2": {mix: {"accuracy": acc, "seconds": sec, "mix": w}
+                          for mix, (acc, sec, w) in results.items()}},
+        seconds=time.perf_counter() - started)
+    return result
+
+
+def main(argv=None):
+    parser = common.argument_parser(__doc__)
+    args = parser.parse_args(argv)
+    common.print_and_save(run(out_dir=args.out_dir, quick=args.quick), args.out_dir,
+                          "elmo_features.json")
+
+
+if __name__ == "__main__":
+    main()
