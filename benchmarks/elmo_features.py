@@ -5,7 +5,8 @@ frozen biLM's features (§3.3) mixed from all layers (eq. 1) versus the top laye
 
 Data: ``../shared/data/wikitext-2/valid.txt`` (the last 10% of its lines held out) and
 ``../shared/data/glue/SST-2`` (a slice of train, the full dev set). The word vocabulary is
-WikiText's lowercased words seen at least twice (SST-2 is lowercased). Everything runs in
+the lowercased words seen at least twice in WikiText's training lines and the SST-2 training
+slice (SST-2 is lowercased). Everything runs in
 this process through the library's pieces: the `bilm` objective's windows and character
 table, `ElmoBiLM`, `ElmoPreprocessor`, `ElmoClassifier`.
 
@@ -130,7 +131,12 @@ def run(scales=(1,), out_dir: str = ".", quick: bool = False) -> common.Result:
     specials = dict(models.get("elmo").special_tokens)
     lines = read_lines(common.WIKITEXT_VALID)
     split = int(len(lines) * 0.9)
-    vocabulary = word_vocabulary(lines[:split], specials)
+    train = read_sst2(os.path.join(SST2_DIR, "train.tsv"), 400 if quick else 8000)
+    dev = read_sst2(os.path.join(SST2_DIR, "dev.tsv"), 100 if quick else None)
+    # One vocabulary for the biLM's softmax and the task model's word embeddings: the LM
+    # corpus's words and the task's training words (the paper's task models embed GloVe's
+    # large vocabulary; a WikiText-only one would leave most SST-2 words unknown).
+    vocabulary = word_vocabulary(lines[:split] + train[0], specials)
     tokenizer = WordTokenizer(vocabulary, special_tokens=specials)
     table = word_character_ids(tf.constant(vocabulary), 50, begin_sentence=specials["cls"],
                                end_sentence=specials["sep"]).numpy()
@@ -160,8 +166,6 @@ def run(scales=(1,), out_dir: str = ".", quick: bool = False) -> common.Result:
 
     preprocessor = ElmoPreprocessor(tokenizer, 48, begin_token=specials["cls"],
                                     end_token=specials["sep"], pad_token=specials["pad"])
-    train = read_sst2(os.path.join(SST2_DIR, "train.tsv"), 400 if quick else 8000)
-    dev = read_sst2(os.path.join(SST2_DIR, "dev.tsv"), 100 if quick else None)
     task_steps = 10 if quick else 500
     results = {mix: classify(backbone_path, config, preprocessor, train, dev, mix, task_steps)
                for mix in ("all", "top")}

@@ -60,6 +60,15 @@ def test_registry_record_and_original_configuration():
             original["max_characters_per_token"]) == (4096, 512, 2, 2, 3.0, 50)
 
 
+def test_original_preset_has_the_published_93_6m_parameters():
+    # 18.0M in the token encoder (CNN 0.2M, highways 16.8M, projection 1.0M) and 4 LSTMs of
+    # 18.9M: the 93.6M of the released "original" ELMo biLM (its softmax is not part of it).
+    backbone = models.build("elmo", "original")
+    assert backbone.token_encoder.count_params() == 4_192 + 199_168 + 16_785_408 + 1_049_088
+    assert backbone.count_params() == 18_037_856 + 4 * 18_890_752
+    assert round(backbone.count_params() / 1e6, 1) == 93.6
+
+
 # --------------------------------------------------------------------------- character ids
 
 

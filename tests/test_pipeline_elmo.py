@@ -4,10 +4,8 @@ fine-tuned on the frozen biLM, evaluated and pushed; the pushed SavedModel class
 strings and the Pretrainer's SavedModel turns sentences into per-token ELMo layers."""
 
 import glob
-import os
 
 import numpy as np
-import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (ops used by the serving graph)
 
@@ -46,3 +44,35 @@ def test_elmo_pretrains_fine_tunes_and_pushes(tmp_path, demo_data):
     assert layers.shape[:2] == (3, 3) and np.isfinite(layers).all()
     # "<S> a gorgeous , witty film </S>": 7 real positions; "" is "<S> </S>"
     np.testing.assert_array_equal((np.abs(layers[:, 0]).sum(-1) > 0).sum(-1)[:2], [7, 2])
+
+
+def _conll_slice(source, target, sentences: int) -> str:
+    lines, count = [], 0
+    for line in source.read_text(encoding="utf-8").splitlines():
+        lines.append(line)
+        if not line.strip():
+            count += 1
+            if count == sentences:
+                break
+    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(target)
+
+
+def test_elmo_tagger_through_the_dag_tags_raw_sentences(tmp_path, demo_data, shared_data):
+    wnut = shared_data / "wnut17"
+    train = _conll_slice(wnut / "wnut17train.conll", tmp_path / "train.conll", 60)
+    dev = _conll_slice(wnut / "emerging.dev.conll", tmp_path / "dev.conll", 20)
+    training = [t for t in TINY_TRAINING if not t.startswith(("overrides=", "objective."))]
+    overrides = training + [
+        f"data.task.splits.train={train}", f"data.task.splits.eval={dev}",
+        f"data.corpus.path={small_corpus(demo_data, tmp_path / 'corpus.txt', 60)}",
+        "tokenizer.vocab_size=600", "objective.max_seq_length=12",
+        "finetuning.sequence_length=24"]
+    summary = runners.run_local(load_recipe("elmo_wikitext2_wnut17", overrides),
+                                str(tmp_path / "runs"))
+    assert summary["evaluation"]["blessed"] is True
+    assert summary["evaluation"]["metrics"]["sentences"] == 20
+    serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
+    outputs = serve(sentences=tf.constant(["Paris is lovely @user", "", "word " * 40]))
+    np.testing.assert_array_equal(outputs["lengths"].numpy(), [4, 0, 40])
+    assert outputs["tags"].numpy()[2, 30] == b"O"  # past the 22 words that fit: O

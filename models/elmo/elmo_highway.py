@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import keras
-from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
