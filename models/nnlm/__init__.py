@@ -14,19 +14,24 @@ from lmfactory.models.nnlm.nnlm_backbone import NgramContext, NnlmBackbone
 from lmfactory.models.nnlm.nnlm_causal_lm import WEIGHT_DECAY, NnlmCausalLM
 from lmfactory.models.nnlm.nnlm_presets import NNLM_PRESETS
 
+# "<unk>": the one symbol of the rare words (WikiText already spells it); "</s>" ends a
+# document in `causal_lm` blocks, pads, and starts and stops generation.
+SPECIAL_TOKENS = {"unk": "<unk>", "end_of_text": "</s>", "pad": "</s>"}
+
 ARCHITECTURE = registry.register(
     registry.Architecture(
         name="nnlm",
         family="decoder",
         backbone_cls=NnlmBackbone,
         presets=NNLM_PRESETS,
-        tokenizer_kind="wordpiece",
+        tokenizer_kind="word",
         pretrainers={"causal_lm": NnlmCausalLM},
         heads={"causal_lm": NnlmCausalLM},
+        special_tokens=SPECIAL_TOKENS,
         paper="Bengio, Ducharme, Vincent, Jauvin 2003, A Neural Probabilistic Language "
               "Model, Journal of Machine Learning Research 3:1137-1155",
     )
 )
 
 __all__ = ["ARCHITECTURE", "NNLM_PRESETS", "NgramContext", "NnlmBackbone", "NnlmCausalLM",
-           "WEIGHT_DECAY"]
+           "SPECIAL_TOKENS", "WEIGHT_DECAY"]
