@@ -19,11 +19,17 @@ same information. The last 5% of the training lines are the NNLM's validation se
 stopping (as in §4); Kneser-Ney is fitted on all training lines (its discount is not tuned:
 0.75, the usual value, Chen & Goodman 1999; NLTK's default 0.1 is scored too).
 
-NNLM: the "brown" preset sizes (§4: n = 5, h = 100, m = 30, direct connections), the order
-set by ``--order``, trained with Adam (lr 2e-3, 16 blocks of 32 words a step; the paper used
-plain SGD with a decaying rate, too slow for a run of minutes) with weight decay 1e-4 on the
-weights and C (not the biases), for at most ``--train-seconds`` (300, whole epochs),
-keeping the weights of the epoch with the best validation perplexity.
+NNLM: the "brown" preset sizes (§4, Table 1: n = 5, h = 100, m = 30) plus direct
+connections W (as Table 1's MLP1-MLP8 have), the order set by ``--order``, trained with
+Adam (lr 2e-3, 16 blocks of 32 words a step; the paper used plain SGD with a decaying rate,
+too slow for a run of minutes) with weight decay 1e-4 on the weights and C (not the
+biases), for at most ``--train-seconds`` (300, whole epochs), keeping the weights of the
+epoch with the best validation perplexity.
+
+Measured (the default command, the shared 2-core CPU, 4.4 min): 21,636 held-out tokens,
+vocabulary 8,542; interpolated Kneser-Ney n = 5 perplexity 183.7 (D = 0.75) and 1090
+(D = 0.1); NNLM n = 5 perplexity 153.0 after 6 epochs (early-stopped, best at epoch 5),
+16.7% lower than the best Kneser-Ney, as the paper claims.
 
 NLTK's Kneser-Ney looks up each continuation count by scanning every n-gram type of the next
 order (a Python loop over ~10^5 entries per scored word, ~30 words per second), too slow for
@@ -212,7 +218,8 @@ def train_nnlm(order: int, vocabulary_size: int, train_blocks, validation_blocks
     from lmfactory.models.nnlm import NnlmCausalLM
 
     keras.utils.set_random_seed(seed)
-    backbone = models.build("nnlm", preset, vocabulary_size=vocabulary_size, order=order)
+    backbone = models.build("nnlm", preset, vocabulary_size=vocabulary_size, order=order,
+                            direct_connections=True)
     model = NnlmCausalLM(backbone)
     model.compile(optimizer=keras.optimizers.Adam(learning_rate))
     data = nnlm_dataset(train_blocks, batch_size, shuffle=True, seed=seed)
