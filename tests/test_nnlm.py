@@ -190,8 +190,9 @@ def test_config_round_trips_and_bad_arguments_fail_clearly(tmp_path):
 
 def test_presets_follow_section_4():
     presets = models.presets("nnlm")
-    assert {key: presets["brown"][key] for key in ("order", "hidden_dim", "embedding_dim")} \
-        == {"order": 5, "hidden_dim": 100, "embedding_dim": 30}
-    assert {key: presets["ap_news"][key] for key in ("order", "hidden_dim", "embedding_dim")} \
-        == {"order": 6, "hidden_dim": 60, "embedding_dim": 100}
+    keys = ("order", "hidden_dim", "embedding_dim", "direct_connections")
+    assert {key: presets["brown"][key] for key in keys} == {
+        "order": 5, "hidden_dim": 100, "embedding_dim": 30, "direct_connections": False}
+    assert {key: presets["ap_news"][key] for key in keys} == {
+        "order": 6, "hidden_dim": 60, "embedding_dim": 100, "direct_connections": True}
     assert models.get("nnlm").family == "decoder"

@@ -92,8 +92,8 @@ class NnlmBackbone(Backbone):
     slot (before the first word, or padding; see `NgramContext`).
 
     Initialisation (not stated in the paper): H uniform with fan-in scaling
-    (`lecun_uniform`), d zero, C uniform in [-0.05, 0.05] (Keras' embedding default). §4
-    trains without dropout, so there is none.
+    (`lecun_uniform`), d zero, C uniform in [-0.05, 0.05] (Keras' embedding default). The
+    paper regularises with weight decay only (no dropout, which it predates), so there is none.
 
     Inputs (dict of int32 [batch, seq_len]): `token_ids`, `padding_mask` (1 = real word).
     Outputs (dict): `sequence_output` tanh(d + H x) [batch, seq_len, hidden_dim] and
