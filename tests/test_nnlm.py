@@ -37,8 +37,8 @@ def _numpy_logits(lm, ids):
     n, start = backbone.order, backbone.start_id
     C = backbone.word_features.embeddings.numpy()
     H, d = (w.numpy() for w in (backbone.hidden.kernel, backbone.hidden.bias))
-    U, b = (w.numpy() for w in (lm.output_layer.kernel, lm.output_layer.bias))
-    W = lm.direct.kernel.numpy() if lm.direct is not None else None
+    U, b = (w.numpy() for w in (backbone.output_layer.kernel, backbone.output_layer.bias))
+    W = backbone.direct.kernel.numpy() if backbone.direct is not None else None
     batch, length = ids.shape
     logits = np.zeros((batch, length, VOCABULARY), dtype="float64")
     for row in range(batch):
@@ -58,17 +58,18 @@ def test_logits_are_b_plus_wx_plus_u_tanh_d_plus_hx(direct_connections):
     ids = _random_ids((2, 7))
     logits = lm(_inputs(ids), training=False).numpy()
     np.testing.assert_allclose(logits, _numpy_logits(lm, ids), rtol=1e-4, atol=1e-5)
-    assert (lm.direct is not None) == direct_connections
+    backbone = lm.backbone
+    assert (backbone.direct is not None) == direct_connections
     names = {weight.path.split("/")[0] for weight in lm.trainable_weights}
     assert ("direct" in names) == direct_connections
     # W x is what the direct connections add: the same weights without W give other logits.
     if direct_connections:
         without = _lm(order=4, direct_connections=False)
-        without.backbone.set_weights(lm.backbone.get_weights())
-        without.output_layer.set_weights(lm.output_layer.get_weights())
-        x = lm.backbone(_inputs(ids))["context_output"].numpy()
+        for name in ("word_features", "hidden", "output_layer"):
+            getattr(without.backbone, name).set_weights(getattr(backbone, name).get_weights())
+        x = backbone(_inputs(ids))["context_output"].numpy()
         np.testing.assert_allclose(
-            logits - without(_inputs(ids)).numpy(), x @ lm.direct.kernel.numpy(),
+            logits - without(_inputs(ids)).numpy(), x @ backbone.direct.kernel.numpy(),
             rtol=1e-4, atol=1e-5)
 
 
@@ -114,9 +115,7 @@ def test_weight_decay_penalises_weights_and_c_but_not_biases():
              "output/bias", "direct/kernel"]
     weights = {weight.path: weight for weight in lm.trainable_weights}
     assert sorted(weights) == sorted(names)
-    plain = NnlmCausalLM(lm.backbone, weight_decay=0.0)  # same layers' weights but U, W, b
-    plain.output_layer.set_weights(lm.output_layer.get_weights())
-    plain.direct.set_weights(lm.direct.get_weights())
+    plain = NnlmCausalLM(lm.backbone, weight_decay=0.0)  # the same weights, no penalty
 
     def gradients(model):
         with tf.GradientTape() as tape:
@@ -167,6 +166,19 @@ def test_state_is_position_addressed_and_steps_match_the_full_pass():
     for index in range(5, 9):
         step, _, state = lm.call_with_state(ids[:, index:index + 1], state, index)
         np.testing.assert_allclose(step.numpy()[:, 0], full[:, index], atol=1e-5)
+
+
+def test_the_backbone_weights_are_the_whole_language_model(tmp_path):
+    # The pipeline's fine-tuning stage warm-starts from the backbone's weights alone.
+    lm = _lm(order=3)
+    path = str(tmp_path / "backbone.weights.h5")
+    lm.backbone.save_weights(path)
+    fresh = _lm(order=3, seed=7)
+    ids = _random_ids((2, 6))
+    assert not np.allclose(fresh(_inputs(ids)), lm(_inputs(ids)))
+    fresh.backbone.load_weights(path)
+    np.testing.assert_array_equal(fresh(_inputs(ids)), lm(_inputs(ids)))
+    assert len(lm.trainable_weights) == len(lm.backbone.trainable_weights)
 
 
 def test_config_round_trips_and_bad_arguments_fail_clearly(tmp_path):

@@ -74,15 +74,22 @@ class NgramContext(keras.layers.Layer):
 
 
 class NnlmBackbone(Backbone):
-    """The neural probabilistic language model of Bengio et al. 2003 up to its hidden layer.
+    """The neural probabilistic language model of Bengio et al. 2003.
 
     §2: a word w is mapped to a real vector C(w) in R^m by the feature matrix C, |V| x m,
     shared by all positions of the context. The context of the next word is the
     concatenation x = (C(w_t), C(w_{t-1}), ..., C(w_{t-n+2})) of the features of the n - 1
-    most recent words ((n-1) m values), and the hidden layer computes tanh(d + H x) with
-    h units. The unnormalised log-probabilities of the next word, y = b + W x + U tanh(d +
-    H x), are the task model's (`NnlmCausalLM`): this backbone returns both tanh(d + H x)
-    and x, which the optional direct connections W read.
+    most recent words ((n-1) m values), the hidden layer computes tanh(d + H x) with h
+    units, and the unnormalised log-probabilities of the next word are
+    y = b + W x + U tanh(d + H x) (softmax over the |V| outputs): b the output biases, U
+    the hidden-to-output weights (``output_layer``: kernel U, bias b) and W the optional
+    direct connections from the word features to the outputs (``direct``: kernel W, no
+    bias; None without ``direct_connections``, i.e. W = 0).
+
+    The output layer belongs to the backbone, as GPT-2's tied token embedding does: the
+    pipeline warm-starts a later training stage from the backbone's weights alone, which
+    are therefore the whole language model. The task model (`NnlmCausalLM`) adds the
+    training criterion (with the weight decay of §2) and generation.
 
     The model sees exactly n - 1 words: any earlier word leaves a position's outputs
     unchanged. Positions are independent given their windows, so the model is causal and
@@ -91,21 +98,23 @@ class NnlmBackbone(Backbone):
     vocabulary: row ``vocabulary_size`` is the learned feature vector of an empty context
     slot (before the first word, or padding; see `NgramContext`).
 
-    Initialisation (not stated in the paper): H uniform with fan-in scaling
-    (`lecun_uniform`), d zero, C uniform in [-0.05, 0.05] (Keras' embedding default). The
-    paper regularises with weight decay only (no dropout, which it predates), so there is none.
+    Initialisation (not stated in the paper): H, U and W uniform with fan-in scaling
+    (`lecun_uniform`), b and d zero, C uniform in [-0.05, 0.05] (Keras' embedding default).
+    The paper regularises with weight decay only (no dropout, which it predates), so there
+    is none.
 
     Inputs (dict of int32 [batch, seq_len]): `token_ids`, `padding_mask` (1 = real word).
-    Outputs (dict): `sequence_output` tanh(d + H x) [batch, seq_len, hidden_dim] and
-        `context_output` x [batch, seq_len, (order - 1) * embedding_dim].
+    Outputs (dict): `sequence_output` tanh(d + H x) [batch, seq_len, hidden_dim],
+        `context_output` x [batch, seq_len, (order - 1) * embedding_dim] and `logits` y
+        [batch, seq_len, vocabulary_size] (the prediction of the next word).
 
     Args:
         vocabulary_size: |V|, the number of words.
         embedding_dim: m, the size of a word's feature vector C(w).
         hidden_dim: h, the number of hidden tanh units.
         order: n, the n-gram order: each prediction conditions on n - 1 words.
-        direct_connections: whether the task model adds the direct connections W x from
-            the word features to the outputs (§2; "direct" in the paper's Tables 1-2).
+        direct_connections: whether y includes the direct connections W x from the word
+            features to the outputs (§2; "direct" in the paper's Tables 1-2).
         max_sequence_length: the longest sequence generation (and serving) produces.
         dtype: Keras dtype policy for the layers.
     """
@@ -144,6 +153,16 @@ class NnlmBackbone(Backbone):
         self.hidden = keras.layers.Dense(hidden_dim, activation="tanh",
                                          kernel_initializer=lecun_uniform(), dtype=dtype,
                                          name="hidden")
+        # U and b.
+        self.output_layer = keras.layers.Dense(vocabulary_size,
+                                               kernel_initializer=lecun_uniform(),
+                                               dtype=dtype, name="output")
+        # W (no bias: b is the output layer's).
+        self.direct = None
+        if direct_connections:
+            self.direct = keras.layers.Dense(vocabulary_size, use_bias=False,
+                                             kernel_initializer=lecun_uniform(),
+                                             dtype=dtype, name="direct")
 
         # === Functional model ===
         inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
@@ -159,9 +178,14 @@ class NnlmBackbone(Backbone):
         return self.vocabulary_size
 
     def context_outputs(self, context_ids):
-        """x = the concatenated features of ``context_ids`` [B, T, n-1] and tanh(d + H x)."""
+        """x = the concatenated features of ``context_ids`` [B, T, n-1], tanh(d + H x) and
+        y = b + W x + U tanh(d + H x)."""
         features = self.concatenate_features(self.word_features(context_ids))
-        return {"sequence_output": self.hidden(features), "context_output": features}
+        hidden = self.hidden(features)
+        logits = self.output_layer(hidden)
+        if self.direct is not None:
+            logits = ops.add(logits, self.direct(features))
+        return {"sequence_output": hidden, "context_output": features, "logits": logits}
 
     # --------------------------------------------------------------- decoding state
 

@@ -1,12 +1,12 @@
-"""The NNLM as a language model: its output layer and training criterion (Bengio et al. 2003,
-§2)."""
+"""The NNLM as a language model: its training criterion with the weight decay of §2 (Bengio
+et al. 2003) and generation."""
 
 import keras
 import tensorflow as tf
 from keras import ops
 
 from lmfactory.models.generation import CausalLMGeneration
-from lmfactory.models.nnlm.nnlm_backbone import NNLM_INPUTS, lecun_uniform
+from lmfactory.models.nnlm.nnlm_backbone import NNLM_INPUTS
 from lmfactory.models.task_losses import sum_over_replicas
 from lmfactory.models.task_model import Task, int_inputs
 
@@ -15,14 +15,10 @@ WEIGHT_DECAY = 1e-4
 
 
 class NnlmCausalLM(CausalLMGeneration, Task):
-    """An `NnlmBackbone` with the output layer of §2, trained on next-word prediction.
+    """An `NnlmBackbone` trained on next-word prediction with the criterion of §2.
 
-    §2: y = b + W x + U tanh(d + H x), the unnormalised log-probabilities of the next word
-    given the n - 1 previous ones (softmax over the |V| outputs): b the output biases, U the
-    hidden-to-output weights (``self.output_layer``: kernel U, bias b) and W the optional
-    direct connections from the word features x to the outputs (``self.direct``: kernel
-    W, no bias; absent without ``direct_connections``, i.e. W = 0). Initialised as the
-    backbone (fan-in uniform kernels, zero biases; the paper states none).
+    The model's output is the backbone's y = b + W x + U tanh(d + H x) (§2; the output
+    layer is the backbone's, see `NnlmBackbone`).
 
     Training criterion (§2): maximise the mean log-likelihood of the training words
     penalised by a weight decay R applied to the weights of the network and to the feature
@@ -53,20 +49,10 @@ class NnlmCausalLM(CausalLMGeneration, Task):
             raise ValueError(f"weight_decay must be a number >= 0, got {weight_decay!r}")
         # === Layers ===
         self.backbone = backbone
-        dtype = backbone.dtype_policy
-        vocabulary_size = backbone.vocabulary_size
-        self.output_layer = keras.layers.Dense(vocabulary_size,
-                                               kernel_initializer=lecun_uniform(),
-                                               dtype=dtype, name="output")
-        self.direct = None
-        if backbone.direct_connections:
-            self.direct = keras.layers.Dense(vocabulary_size, use_bias=False,
-                                             kernel_initializer=lecun_uniform(),
-                                             dtype=dtype, name="direct")
 
         # === Functional model ===
         inputs = int_inputs(NNLM_INPUTS)
-        logits = self.output_logits(backbone(inputs))
+        logits = backbone(inputs)["logits"]
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self.weight_decay = float(weight_decay)
 
@@ -77,21 +63,14 @@ class NnlmCausalLM(CausalLMGeneration, Task):
         # Named samplers and the seed variables of random ones (see CausalLMGeneration).
         self._generation_state()
 
-    def output_logits(self, outputs):
-        """y = b + U tanh(d + H x) (+ W x with direct connections) from the backbone's
-        output dict."""
-        logits = self.output_layer(outputs["sequence_output"])
-        if self.direct is not None:
-            logits = ops.add(logits, self.direct(outputs["context_output"]))
-        return logits
-
     def decayed_weights(self) -> list:
         """The weights the penalty applies to (§2): H, U, W (with direct connections) and C;
         never the biases b and d."""
-        weights = [self.backbone.word_features.embeddings, self.backbone.hidden.kernel,
-                   self.output_layer.kernel]
-        if self.direct is not None:
-            weights.append(self.direct.kernel)
+        backbone = self.backbone
+        weights = [backbone.word_features.embeddings, backbone.hidden.kernel,
+                   backbone.output_layer.kernel]
+        if backbone.direct is not None:
+            weights.append(backbone.direct.kernel)
         return weights
 
     def weight_decay_penalty(self):
@@ -119,7 +98,7 @@ class NnlmCausalLM(CausalLMGeneration, Task):
         """One decoding step of the words at positions `index`, ... (the protocol of
         models/generation.py): (logits [B, k, V], tanh(d + H x) [B, k, h], updated state)."""
         outputs, state = self.backbone.call_with_state_outputs(token_ids, state, index)
-        return self.output_logits(outputs), outputs["sequence_output"], state
+        return outputs["logits"], outputs["sequence_output"], state
 
     def get_config(self):
         config = super().get_config()
