@@ -29,7 +29,9 @@ epoch with the best validation perplexity.
 Measured (the default command, the shared 2-core CPU, 4.4 min): 21,636 held-out tokens,
 vocabulary 8,542; interpolated Kneser-Ney n = 5 perplexity 183.7 (D = 0.75) and 1090
 (D = 0.1); NNLM n = 5 perplexity 153.0 after 6 epochs (early-stopped, best at epoch 5),
-16.7% lower than the best Kneser-Ney, as the paper claims.
+16.7% lower than the best Kneser-Ney, as the paper claims. (Run before the output layer
+moved from the task model into the backbone: the same network, its weights drawn in another
+order.)
 
 NLTK's Kneser-Ney looks up each continuation count by scanning every n-gram type of the next
 order (a Python loop over ~10^5 entries per scored word, ~30 words per second), too slow for
