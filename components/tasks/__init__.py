@@ -23,7 +23,7 @@ Kinds: ``classification`` and ``regression`` (classification.py), ``language_mod
 """
 
 from lmfactory.components.tasks.registry import (  # noqa: F401
-    TaskKind, for_recipe, get, names, recipe_tasks, register, unregister)
+    TaskKind, for_recipe, get, names, recipe_tasks, register, serving_kind, unregister)
 
 # Each module registers its kind(s).
 from lmfactory.components.tasks import classification  # noqa: E402,F401  isort:skip
@@ -31,6 +31,7 @@ from lmfactory.components.tasks import language_model  # noqa: E402,F401  isort:
 from lmfactory.components.tasks import tagging  # noqa: E402,F401  isort:skip
 from lmfactory.components.tasks import span_qa  # noqa: E402,F401  isort:skip
 from lmfactory.components.tasks import multiple_choice  # noqa: E402,F401  isort:skip
+from lmfactory.components.tasks import word_vectors  # noqa: E402,F401  isort:skip
 
 __all__ = ["TaskKind", "for_recipe", "get", "names", "recipe_tasks", "register",
            "unregister"]
