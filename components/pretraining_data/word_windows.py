@@ -147,14 +147,17 @@ def shard_examples(documents: Sequence, statistics: WordStatistics, config: dict
 
 
 def word_statistics(tokenizer, tokenizer_config: dict) -> WordStatistics:
-    """The per-id corpus counts the ``word`` tokenizer kind records (special tokens 0)."""
-    counts = getattr(tokenizer, "token_counts", None)
-    if counts is None:
-        raise ValueError("word2vec needs per-word corpus counts: use the 'word' tokenizer "
-                         "kind, whose vocabulary records them")
+    """The per-id corpus counts the ``word`` tokenizer kind records (``counts.txt``); the
+    special tokens (``unk`` counts every out-of-vocabulary word) are not words."""
+    from lmfactory.models.tokenizers.word import word_counts
+
+    if tokenizer_config.get("kind") != "word":
+        raise ValueError(f"word2vec's objectives need per-word corpus counts: use the 'word' "
+                         f"tokenizer kind, not {tokenizer_config.get('kind')!r}")
+    counts = word_counts(tokenizer_config[registry.VOCABULARY_FOLDER])
     specials = tokenizer_config.get("special_tokens", {}).values()
     special_ids = [tokenizer.token_to_id(token) for token in specials]
-    return WordStatistics(list(counts), [i for i in special_ids if i is not None])
+    return WordStatistics(list(counts), special_ids)
 
 
 def check_config(config: dict) -> None:
@@ -190,8 +193,10 @@ def converter(config: dict):
 
 
 def vocabulary_record(statistics: WordStatistics) -> dict:
-    """``token_counts``: the corpus count of every id (the noise distribution's source)."""
-    return {"token_counts": [int(count) for count in statistics.counts]}
+    """``token_counts``: the corpus count of every id, 0 for the special tokens (the noise
+    distribution's source: ``unk`` and the others are never drawn as negatives)."""
+    counts = np.where(statistics.is_word, statistics.counts, 0)
+    return {"token_counts": [int(count) for count in counts]}
 
 
 for _name in (SKIPGRAM, CBOW):
