@@ -45,7 +45,7 @@ class WordVectorServing(tf.Module):
         self.tokenizer = tokenizer
         self.vectors = tf.Variable(vectors, trainable=False, name="vectors")
         self.unit_vectors = tf.Variable(vectors / norms, trainable=False, name="unit_vectors")
-        self.words = tf.Variable(np.array(words, dtype=object).astype(bytes),
+        self.words = tf.Variable([word.encode("utf-8") for word in words],
                                  trainable=False, name="words", dtype=tf.string)
         self.is_word = tf.Variable(is_word, trainable=False, name="is_word")
 
