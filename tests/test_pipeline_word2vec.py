@@ -113,3 +113,18 @@ def test_word2vec_pretrains_continues_and_pushes_word_vectors(tmp_path, demo_dat
                                                    (n.decode() for n in neighbours[0]))
     scores = near["scores"].numpy()
     assert np.all(np.diff(scores[0]) <= 1e-6) and np.all(np.abs(scores[:3]) <= 1 + 1e-5)
+
+
+def test_word2vec_recipe_compiles_for_vertex(tmp_path):
+    output = tmp_path / "pipeline.json"
+    runners.compile_vertex(load_recipe("word2vec_wikitext2"), str(output), "gs://bucket/root")
+    spec = json.loads(output.read_text())
+    tasks = set(spec["pipelineSpec"]["root"]["dag"]["tasks"])
+    assert {"VocabularyGen", "PretrainingExampleGen", "Pretrainer", "TargetExampleGen",
+            "TargetLMExampleGen", "FineTuner", "LMEvaluator", "Pusher"} <= tasks
+    parameters = spec["pipelineSpec"]["root"]["dag"]["tasks"]["FineTuner"]["inputs"][
+        "parameters"]
+    config = json.loads(parameters["custom_config"]["runtimeValue"]["constantValue"][
+        "stringValue"])
+    assert config["optimizer"] == "sgd" and config["task"]["kind"] == "word_vectors"
+    assert config["task_args"] == {"negatives": 5}

@@ -8,7 +8,9 @@ from lmfactory.models.word2vec.word2vec_negative_sampling import NegativeSamplin
 class Word2VecSkipGram(NegativeSamplingTask):
     """Skip-gram: "use each current word as an input ... and predict words within a certain
     range before and after the current word" (2013a §3.2). Every real (centre, context)
-    pair of a window record is one prediction: h = v_centre, target = the context word."""
+    pair of a window record is one prediction: h = v_centre, target = the context word
+    (the paper's direction, p(w_O | w_I) of 2013b eq. 1; word2vec.c scores the centre word
+    with the context word's input vector instead, the same pairs with the roles swapped)."""
 
     def prediction_pairs(self, inputs):
         contexts = inputs["context_ids"]
