@@ -19,7 +19,8 @@ on task names:
 
 Kinds: ``classification`` and ``regression`` (classification.py), ``language_model``
 (language_model.py: pretraining, and the recipe task ``causal_lm``), ``tagging``,
-``span_qa``, ``multiple_choice``.
+``span_qa``, ``multiple_choice``, ``word_vectors`` (continued word-vector training, vectors
+served; it also exports the Pretrainer's models of its objectives, `serving_kind`).
 """
 
 from lmfactory.components.tasks.registry import (  # noqa: F401
@@ -34,4 +35,4 @@ from lmfactory.components.tasks import multiple_choice  # noqa: E402,F401  isort
 from lmfactory.components.tasks import word_vectors  # noqa: E402,F401  isort:skip
 
 __all__ = ["TaskKind", "for_recipe", "get", "names", "recipe_tasks", "register",
-           "unregister"]
+           "serving_kind", "unregister"]

@@ -7,9 +7,11 @@ training of a pretrained decoder on a target corpus.
 A model trained on a causal objective (left-to-right next-token targets) is exported as a
 generator (``serving_default`` with sampling inputs, and ``generate_default``) and
 evaluated by perplexity (and bits per character on a byte vocabulary) on held-out records;
-any other language model, and a bare imported backbone (kind ``encoder``), is exported as an
-encoder (``serving_default(text) ->
-pooled_output, sequence_output``) and has no evaluation of its own.
+a model of an objective another kind owns (`registry.serving_kind`, e.g. ``skipgram`` /
+``cbow`` -> ``word_vectors``) is exported and evaluated by that kind; any other language
+model, and a bare imported backbone (kind ``encoder``), is exported as an encoder
+(``serving_default(text) -> pooled_output, sequence_output``) and has no evaluation of its
+own.
 """
 
 from __future__ import annotations
