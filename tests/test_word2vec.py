@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from lmfactory import models
+from lmfactory.components import tasks as task_kinds
 from lmfactory.components.evaluator import word_vector_metrics as wvm
 from lmfactory.components.pretraining_data import features, objectives, word_windows
 from lmfactory.components.trainer.optimization import WarmupLinearDecay, make_optimizer
@@ -47,6 +48,11 @@ def test_registry_record_and_paper_sizes():
     assert not objectives.get("cbow").causal
     backbone = models.build("word2vec", "base", vocabulary_size=1000)
     assert backbone.count_params() == 2 * 1000 * 300  # input and output matrices
+    # The word_vectors task kind exports / evaluates models of both objectives, also the
+    # Pretrainer's (whose record is a language_model one).
+    assert task_kinds.serving_kind("skipgram").name == "word_vectors"
+    assert task_kinds.serving_kind("cbow").name == "word_vectors"
+    assert task_kinds.serving_kind("causal_lm") is None
 
 
 def test_initialisation_follows_word2vec_c():
