@@ -31,7 +31,7 @@ RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")
 OPTIMIZER_DEFAULTS = {"adam_beta_1": 0.9, "adam_beta_2": 0.999, "adam_epsilon": 1e-6,
                       "clip_norm": 1.0, "learning_rate_decay": "linear",
                       "final_learning_rate_fraction": 0.0,
-                      # "sgd": plain SGD on the same schedule (word2vec, models/word2vec)
+                      # "sgd": plain SGD on the same schedule (word2vec.c, Mikolov et al. 2013)
                       "optimizer": "adamw"}
 
 DEFAULTS = {

@@ -65,8 +65,8 @@ def _schedule_args(task_cls, task_args: dict, train_steps: int) -> dict:
 
 
 def _corpus_args(task_cls, data_config: dict) -> dict:
-    """``token_counts`` (the corpus count of each id, recorded by the objective, e.g.
-    word2vec's noise distribution) for a task model that takes them."""
+    """``token_counts`` (the corpus count of each id, recorded by the objective, e.g. for a
+    negative-sampling noise distribution) for a task model that takes them."""
     if "token_counts" in inspect.signature(task_cls.__init__).parameters \
             and "token_counts" in data_config:
         return {"token_counts": data_config["token_counts"]}

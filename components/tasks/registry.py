@@ -95,7 +95,7 @@ names = _KINDS.names
 
 def serving_kind(objective: str | None) -> Optional[TaskKind]:
     """The kind that exports and evaluates models trained on ``objective`` (e.g.
-    ``word_vectors`` for word2vec's objectives), or None."""
+    ``word_vectors`` for ``skipgram`` / ``cbow``), or None."""
     for kind in _KINDS.records():
         if objective and objective in kind.objectives:
             return kind

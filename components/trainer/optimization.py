@@ -18,8 +18,8 @@ import keras
 import tensorflow as tf
 
 DECAYS = ("linear", "cosine")
-# "sgd": plain SGD (no momentum, decay or clipping) on the same schedule: word2vec.c's
-# optimiser (Mikolov et al. 2013; models/word2vec).
+# "sgd": plain SGD (no momentum, weight decay or clipping) on the same schedule: word2vec.c's
+# optimiser (Mikolov et al. 2013).
 OPTIMIZERS = ("adamw", "sgd")
 
 

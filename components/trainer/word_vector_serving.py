@@ -1,4 +1,5 @@
-"""The serving SavedModel of trained word vectors (word2vec): raw words in.
+"""The serving SavedModel of trained word vectors (the ``word_vectors`` task kind): raw
+words in.
 
 Signatures:
 
