@@ -367,7 +367,10 @@ def validate(recipe: dict) -> dict:
         check.fraction(f"{stage}.adam_epsilon", 1e-12, 1.0)
         check.fraction(f"{stage}.clip_norm", 0.0, 1e9)
         check.choice(f"{stage}.learning_rate_decay", DECAYS)
-        check.choice(f"{stage}.optimizer", OPTIMIZERS)
+        if check.choice(f"{stage}.optimizer", OPTIMIZERS) == "sgd" and (
+                recipe[stage]["weight_decay"] or recipe[stage]["clip_norm"]):
+            raise RecipeError(f"{stage}.optimizer", "sgd is plain SGD: set weight_decay and "
+                                                    "clip_norm to 0")
         check.fraction(f"{stage}.final_learning_rate_fraction", 0.0, 1.0)
         if not isinstance(recipe[stage].get("task_args", {}), dict):
             raise RecipeError(f"{stage}.task_args", "must be a mapping of the task model's "

@@ -277,6 +277,8 @@ def test_sgd_with_linear_decay_to_alpha_times_1e4():
     assert WORD2VEC_OPTIMIZATION["cbow"]["learning_rate"] == 0.05
     with pytest.raises(ValueError, match="optimizer"):
         make_optimizer(0.1, 10, optimizer="adagrad")
+    with pytest.raises(ValueError, match="plain SGD"):
+        make_optimizer(0.1, 10, weight_decay=0.01, optimizer="sgd")
 
 
 # --------------------------------------------------------------------------- metrics
@@ -314,6 +316,9 @@ def test_recipe_uses_the_papers_optimiser_and_names_bad_settings():
     with pytest.raises(RecipeError) as error:
         load_recipe("word2vec_wikitext2", ["pretraining.optimizer=adagrad"])
     assert error.value.field == "pretraining.optimizer"
+    with pytest.raises(RecipeError, match="plain SGD") as error:
+        load_recipe("word2vec_wikitext2", ["finetuning.clip_norm=1.0"])
+    assert error.value.field == "finetuning.optimizer"
     with pytest.raises(RecipeError) as error:
         load_recipe("word2vec_wikitext2", ["objective.window=0"])
     assert error.value.field == "objective.window"

@@ -117,6 +117,9 @@ def make_optimizer(learning_rate: float, total_steps: int, warmup_fraction: floa
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     if optimizer == "sgd":
+        if weight_decay or clip_norm:
+            raise ValueError(f"optimizer 'sgd' is plain SGD: set weight_decay and clip_norm to "
+                             f"0, got {weight_decay} and {clip_norm}")
         return keras.optimizers.SGD(learning_rate=schedule)
     optimizer = AdamW(
         learning_rate=schedule, weight_decay=weight_decay, beta_1=beta_1, beta_2=beta_2,
