@@ -172,18 +172,19 @@ def test_objective_config_checks():
 
 def test_negatives_never_equal_the_target_and_follow_unigram_power():
     counts = np.array([0, 0, 500, 200, 100, 50, 20, 10, 5, 1], dtype=np.float64)
-    noise = UnigramNoise(len(counts), seed=3, counts=counts)
-    targets = np.full(4000, 2, "int32")  # the most likely noise word is the target
+    # The most likely noise word (P_n = 0.46) is the target: spare draws replace collisions.
+    noise = UnigramNoise(len(counts), seed=3, counts=counts, spare_draws=30)
+    targets = np.full(4000, 2, "int32")
     negatives, weights = noise(targets, num_negatives=10)
     negatives, weights = negatives.numpy(), weights.numpy()
     assert not np.any((negatives == 2) & (weights > 0))
-    assert weights.mean() > 0.999  # resampling replaced (almost) every collision
+    assert weights.mean() > 0.999  # (almost) every collision was replaced
     assert not np.isin(negatives, [0, 1]).any()  # special tokens have no count
     expected = counts[3:] ** 0.75 / np.sum(counts[3:] ** 0.75)  # P_n without the target
     observed = np.bincount(negatives[weights > 0], minlength=len(counts))[3:]
     np.testing.assert_allclose(observed / observed.sum(), expected, atol=0.01)
-    # Without resampling, collisions are masked, never counted as negatives.
-    plain = UnigramNoise(len(counts), seed=4, counts=counts, resample_rounds=0)
+    # Without spare draws, collisions are masked, never counted as negatives.
+    plain = UnigramNoise(len(counts), seed=4, counts=counts, spare_draws=0)
     negatives, weights = plain(targets, num_negatives=10)
     collided = negatives.numpy() == 2
     assert collided.any()

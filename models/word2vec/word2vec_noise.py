@@ -4,9 +4,11 @@
 U(w) raised to the 3/4rd power (i.e., U(w)^{3/4}/Z) outperformed significantly": k noise
 words are drawn from P_n for every (input, target) pair. A noise word equal to the target
 would push the target's own output vector both ways; word2vec.c skips such a draw
-(``if (target == word) continue``). Here it is drawn again, up to ``resample_rounds``
-times; a draw that still equals the target after that gets weight 0, so the true target is
-never a negative. keras-nlp has no sampler of this kind, hence this layer.
+(``if (target == word) continue``). Here each pair draws ``spare_draws`` candidates beyond
+its k and keeps the first k that differ from the target (so the kept ones are draws from
+P_n conditioned on not being the target); should fewer than k differ, the rest get weight
+0, so the true target is never a negative. keras-nlp has no sampler of this kind, hence
+this layer.
 """
 
 import keras
@@ -38,15 +40,16 @@ class UnigramNoise(keras.layers.Layer):
     its weights are loaded).
 
     Call: ``targets`` [N] int -> ``(negatives [N, k] int32, weights [N, k] float32)``;
-    weight 0 marks a draw that still equals its target after ``resample_rounds``.
+    weight 0 marks a draw equal to its target (fewer than k of the k + ``spare_draws``
+    candidates differed from it).
     """
 
-    def __init__(self, vocabulary_size, power=NOISE_POWER, resample_rounds=8, seed=None,
+    def __init__(self, vocabulary_size, power=NOISE_POWER, spare_draws=10, seed=None,
                  counts=None, **kwargs):
         super().__init__(**kwargs)
         self.vocabulary_size = int(vocabulary_size)
         self.power = float(power)
-        self.resample_rounds = int(resample_rounds)
+        self.spare_draws = int(spare_draws)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
         initial = (np.zeros(self.vocabulary_size, "float32") if counts is None
@@ -70,15 +73,20 @@ class UnigramNoise(keras.layers.Layer):
 
     def call(self, targets, num_negatives):
         targets = ops.cast(ops.reshape(targets, (-1, 1)), "int32")
-        shape = (ops.shape(targets)[0], num_negatives)
-        negatives = self._draw(shape)
-        for _ in range(self.resample_rounds):
-            negatives = ops.where(ops.equal(negatives, targets), self._draw(shape), negatives)
-        weights = ops.cast(ops.not_equal(negatives, targets), "float32")
+        width = num_negatives + self.spare_draws
+        candidates = self._draw((ops.shape(targets)[0], width))
+        differs = ops.not_equal(candidates, targets)
+        # The first k candidates that differ from the target, in draw order (then the
+        # colliding ones, masked): every differing candidate outranks every colliding one.
+        position = ops.arange(width, dtype="float32")
+        priority = ops.where(differs, -position, -position - width)
+        _, chosen = ops.top_k(priority, k=num_negatives)
+        negatives = ops.take_along_axis(candidates, chosen, axis=1)
+        weights = ops.cast(ops.take_along_axis(differs, chosen, axis=1), "float32")
         return negatives, weights
 
     def get_config(self):
         config = super().get_config()
         config.update({"vocabulary_size": self.vocabulary_size, "power": self.power,
-                       "resample_rounds": self.resample_rounds, "seed": self.seed})
+                       "spare_draws": self.spare_draws, "seed": self.seed})
         return config
