@@ -278,6 +278,19 @@ def test_scalar_mix_is_gamma_times_softmax_weighted_sum_and_l2():
         ElmoScalarMix(3, mix="bottom")
 
 
+def test_scalar_mix_layer_norm_normalises_each_layer_before_weighting():
+    mix = ElmoScalarMix(2, dropout=0.0, l2=0.0, layer_norm=True)
+    layers = np.random.default_rng(1).normal(size=(1, 2, 3, 8)).astype("float32")
+    layers[:, 0] *= 40.0
+    layers[:, :, 2] = 0.0  # a padded token
+    out = mix(layers).numpy()
+    normalised = (layers - layers.mean(-1, keepdims=True)) / np.sqrt(
+        layers.var(-1, keepdims=True) + 1e-3)
+    np.testing.assert_allclose(out, 0.5 * normalised[:, 0] + 0.5 * normalised[:, 1],
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(out[0, 2], 0.0)
+
+
 # --------------------------------------------------------------------------- heads
 
 

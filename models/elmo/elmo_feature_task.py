@@ -23,7 +23,11 @@ class ElmoFeatureTask(Task, register=False):
     embedding of ``token_ids`` (the paper's baselines use pre-trained GloVe vectors; none are
     shipped, so they are trained from scratch here). ELMo_k^task is `ElmoScalarMix` over the
     biLM's ``layer_outputs`` (``mix`` "all": eq. 1; "top": the top layer only), with dropout
-    and the L2 penalty on its weights. The task RNN is ``num_lstm_layers`` bidirectional LSTMs
+    and the L2 penalty on its weights, and by default §3.2's layer normalisation of each
+    layer before weighting (``layer_norm``): the token layer here is the unclipped
+    projection of the character CNN, whose scale (RMS 37 after the benchmark's few minutes
+    of training) dwarfs the clipped LSTM layers' (about 3), so without it the token layer
+    swamps the mix and the task LSTM saturates. The task RNN is ``num_lstm_layers`` bidirectional LSTMs
     of ``lstm_units`` per direction, masked by the padding. The biLM runs in inference mode
     and is not trained (``backbone.trainable = False``).
 
@@ -32,7 +36,7 @@ class ElmoFeatureTask(Task, register=False):
 
     def __init__(self, backbone, mix="all", word_embedding_dim=64, lstm_units=64,
                  num_lstm_layers=1, elmo_dropout=0.5, l2=0.001, elmo_at_output=False,
-                 dropout=0.2, **kwargs):
+                 dropout=0.2, layer_norm=True, **kwargs):
         for name, value in (("word_embedding_dim", word_embedding_dim),
                             ("lstm_units", lstm_units), ("num_lstm_layers", num_lstm_layers)):
             if int(value) < 1:
@@ -40,10 +44,10 @@ class ElmoFeatureTask(Task, register=False):
         self.backbone = backbone
         backbone.trainable = False
         layers = int(backbone.num_layers) + 1
-        self.input_mix = ElmoScalarMix(layers, mix=mix, dropout=elmo_dropout, l2=l2,
-                                       name="input_mix")
-        self.output_mix = (ElmoScalarMix(layers, mix=mix, dropout=elmo_dropout, l2=l2,
-                                         name="output_mix") if elmo_at_output else None)
+        mixing = dict(mix=mix, dropout=elmo_dropout, l2=l2, layer_norm=layer_norm)
+        self.input_mix = ElmoScalarMix(layers, name="input_mix", **mixing)
+        self.output_mix = (ElmoScalarMix(layers, name="output_mix", **mixing)
+                           if elmo_at_output else None)
         self.word_embedding = keras.layers.Embedding(
             int(backbone.vocabulary_size), int(word_embedding_dim), name="word_embedding")
         self.task_lstms = [keras.layers.Bidirectional(
@@ -71,6 +75,7 @@ class ElmoFeatureTask(Task, register=False):
         self.l2 = float(l2)
         self.elmo_at_output = bool(elmo_at_output)
         self.dropout = float(dropout)
+        self.layer_norm = bool(layer_norm)
 
     def head(self, hidden, mask):
         raise NotImplementedError(f"{type(self).__name__} defines no head")
@@ -80,5 +85,6 @@ class ElmoFeatureTask(Task, register=False):
         config.update({"mix": self.mix, "word_embedding_dim": self.word_embedding_dim,
                        "lstm_units": self.lstm_units, "num_lstm_layers": self.num_lstm_layers,
                        "elmo_dropout": self.elmo_dropout, "l2": self.l2,
-                       "elmo_at_output": self.elmo_at_output, "dropout": self.dropout})
+                       "elmo_at_output": self.elmo_at_output, "dropout": self.dropout,
+                       "layer_norm": self.layer_norm})
         return config

@@ -20,6 +20,12 @@ class ElmoScalarMix(keras.layers.Layer):
     (``dropout`` on the mixed vector, ``l2`` = lambda on the weights w; Table 2 compares
     lambda = 1 and 0.001).
 
+    §3.2: "Considering that the activations of each biLM layer have a different
+    distribution, in some cases it also helped to apply layer normalization (Ba et al.,
+    2016) to each biLM layer before weighting" (``layer_norm``: each token's vector of each
+    layer normalised to zero mean and unit variance over its features, Keras'
+    LayerNormalization without gain or bias; a padded token's zero vector stays zero).
+
     Written here because Keras and keras-nlp have no scalar mix.
 
     Input: the layer stack [B, L + 1, T, D] (the backbone's ``layer_outputs``).
@@ -30,10 +36,11 @@ class ElmoScalarMix(keras.layers.Layer):
         mix: ``"all"`` (eq. 1) or ``"top"`` (the top layer only).
         dropout: dropout rate on the mixed vector.
         l2: lambda of the L2 penalty on w (0: none).
+        layer_norm: normalise each layer before weighting.
     """
 
     def __init__(self, num_layers: int, mix: str = "all", dropout: float = 0.5,
-                 l2: float = 0.001, **kwargs):
+                 l2: float = 0.001, layer_norm: bool = False, **kwargs):
         super().__init__(**kwargs)
         if mix not in MIXES:
             raise ValueError(f"mix must be one of {MIXES}, got {mix!r}")
@@ -43,7 +50,11 @@ class ElmoScalarMix(keras.layers.Layer):
         self.mix = mix
         self.dropout = float(dropout)
         self.l2 = float(l2)
+        self.layer_norm = bool(layer_norm)
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.normalization = keras.layers.LayerNormalization(
+            axis=-1, center=False, scale=False, dtype=self.dtype_policy,
+            name="layer_normalization") if self.layer_norm else None
 
     def build(self, input_shape):
         if self.mix == "all":
@@ -60,6 +71,8 @@ class ElmoScalarMix(keras.layers.Layer):
         return ops.softmax(self.layer_weights)
 
     def call(self, layer_outputs, training=False):
+        if self.normalization is not None:
+            layer_outputs = self.normalization(layer_outputs)
         if self.mix == "top":
             mixed = layer_outputs[:, -1]
         else:
@@ -74,5 +87,5 @@ class ElmoScalarMix(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update({"num_layers": self.num_layers, "mix": self.mix,
-                       "dropout": self.dropout, "l2": self.l2})
+                       "dropout": self.dropout, "l2": self.l2, "layer_norm": self.layer_norm})
         return config
