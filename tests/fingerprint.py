@@ -62,8 +62,8 @@ def _classifier_distiller_cls(architecture: str):
 
 def _tagger(backbone, num_labels, task_args):
     from lmfactory import models
-    return models.get("bert").head("tagging")(backbone, num_labels=num_labels,
-                                              **task_args)  # registry API
+    arch = models.registry.find_by_backbone(backbone)  # registry API
+    return arch.head("tagging")(backbone, num_labels=num_labels, **task_args)  # registry API
 
 
 def _span_extractor(backbone):
@@ -152,6 +152,8 @@ def synthetic_inputs(model, vocab: int, seed: int = 3, length: int = 16) -> dict
                                     ).astype(tensor.dtype)
         elif name.endswith("positions"):
             value = rng.integers(1, length - 1, shape).astype(tensor.dtype)
+        elif name == "character_ids":  # UTF-8 byte ids + 1
+            value = rng.integers(1, 257, shape).astype(tensor.dtype)
         else:
             value = rng.integers(5, vocab, shape).astype(tensor.dtype)
         inputs[name] = value

@@ -22,6 +22,8 @@ def _synthetic_value(name: str, spec, rng, vocab: int, length_hint: int):
         return (np.arange(n) >= n // 2).astype("int64")
     if name.endswith("labels"):
         return rng.integers(0, 2, shape).astype("int64")
+    if name == "character_ids":  # UTF-8 byte ids + 1 (models/tokenizers/word_characters.py)
+        return rng.integers(1, 257, shape).astype("int64")
     if name == "masked_lm_positions":
         return np.sort(rng.choice(np.arange(1, length_hint), shape[0], replace=False)
                        ).astype("int64")
