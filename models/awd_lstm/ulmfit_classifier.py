@@ -1,0 +1,193 @@
+"""ULMFiT's target task classifier (Howard & Ruder 2018 §3.3) and its fine-tuning schedule
+(§3.2-§3.3): discriminative learning rates, slanted triangular learning rates, gradual
+unfreezing."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from lmfactory.models.awd_lstm.concat_pooling import ConcatPooling
+from lmfactory.models.awd_lstm.scaled_updates import apply_scaled_updates
+from lmfactory.models.awd_lstm.slanted_triangular import SlantedTriangular
+from lmfactory.models.task_model import SubclassedTask
+
+CLASSIFIER_INPUTS = ("token_ids", "padding_mask")
+
+
+def discriminative_scales(num_groups, factor=2.6):
+    """The learning-rate multiplier of each layer group, bottom to top (§3.2: "eta^{l-1} =
+    eta^l / 2.6"): factor^-(L-1-l), 1 for the top group."""
+    return [factor ** -(num_groups - 1 - group) for group in range(num_groups)]
+
+
+def unfrozen_groups(step, num_groups, unfreeze_every):
+    """How many groups from the top train at ``step`` (§3.3 gradual unfreezing: "we first
+    unfreeze the last layer and fine-tune all unfrozen layers for one epoch. We then
+    unfreeze the next lower frozen layer and repeat"): 1 + step // unfreeze_every, at most
+    all; all of them when ``unfreeze_every`` is falsy."""
+    if not unfreeze_every:
+        return ops.convert_to_tensor(num_groups, "int64")
+    step = ops.cast(step, "int64")
+    return ops.minimum(1 + step // int(unfreeze_every), num_groups)
+
+
+def _peak_learning_rate(optimizer):
+    """The peak learning rate of ``optimizer``: its float rate, or the peak / initial rate
+    its schedule's config names."""
+    value = optimizer.get_config()["learning_rate"]
+    if isinstance(value, (int, float)):
+        return float(value)
+    config = value.get("config", {}) if isinstance(value, dict) else {}
+    for key in ("peak_learning_rate", "max_learning_rate", "initial_learning_rate"):
+        if key in config:
+            return float(config[key])
+    raise ValueError(f"Cannot read a peak learning rate from the optimizer's schedule "
+                     f"{value!r}; give the optimizer a float learning rate")
+
+
+class UlmfitClassifier(SubclassedTask):
+    """Classifier fine-tuning of an `AwdLstmBackbone` (ULMFiT §3.3).
+
+    Head: concat pooling h_c = [h_T, maxpool(H), meanpool(H)] over the real tokens of the
+    last LSTM layer (`ConcatPooling`), then "two additional linear blocks ... Each block
+    uses batch normalization and dropout, with ReLU activations for the intermediate layer
+    and a softmax activation that outputs a probability distribution over target classes":
+    BatchNorm, Dropout(`dropout`), Dense(`hidden_units` = 50, ReLU), BatchNorm,
+    Dropout(`hidden_dropout`), Dense(K). The model returns logits [B, K] (the softmax is in
+    the loss). Dropouts 0.4 and 0.1 are the reference implementation's (fastai's
+    ``AWD_LSTM`` classifier head; the paper gives no figure).
+
+    Training (`train_step`), over the layer groups (bottom to top) embedding, each LSTM
+    layer, the head:
+
+    * discriminative fine-tuning (§3.2): group l learns at eta / 2.6^(L-1-l)
+      (`discriminative_scales`), applied to the optimizer's *step* (`scaled_updates`), so
+      it holds under Adam, where scaling a gradient would not change the step;
+    * slanted triangular learning rates (§3.2, `SlantedTriangular`, cut_frac 0.1, ratio
+      32): with `total_steps` known, `compile` replaces the optimizer's learning rate by
+      STLR peaking at the optimizer's own (peak) rate;
+    * gradual unfreezing (§3.3): only the top group trains at first, one more group every
+      `unfreeze_every` steps (default total_steps // number of groups: the paper's "one
+      epoch" per group becomes an equal share of the steps); a frozen group gets a zero
+      gradient and no update, and its Adam moments stay empty until it is unfrozen.
+
+    The paper's BPTT for text classification (BPT3C) is not needed for the pipeline's
+    fixed-length sequences: the whole sequence is one batch through the LSTMs.
+
+    Args:
+        backbone: an `AwdLstmBackbone`.
+        num_classes: K.
+        hidden_units: width of the intermediate linear block (50).
+        dropout: dropout of the first block (0.4).
+        hidden_dropout: dropout of the second block (0.1).
+        discriminative_factor: 2.6.
+        total_steps: training steps (for STLR and the unfreezing period); None: neither.
+        cut_frac, ratio: STLR's (0.1, 32).
+        unfreeze_every: steps between unfreezing two groups; 0: no gradual unfreezing.
+    """
+
+    def __init__(self, backbone, num_classes, hidden_units=50, dropout=0.4,
+                 hidden_dropout=0.1, discriminative_factor=2.6, total_steps=None,
+                 cut_frac=0.1, ratio=32.0, unfreeze_every=None, **kwargs):
+        super().__init__(**kwargs)
+        self.backbone = backbone
+        self.num_classes, self.hidden_units = int(num_classes), int(hidden_units)
+        self.dropout, self.hidden_dropout = float(dropout), float(hidden_dropout)
+        self.discriminative_factor = float(discriminative_factor)
+        self.total_steps = None if total_steps is None else int(total_steps)
+        self.cut_frac, self.ratio = float(cut_frac), float(ratio)
+        num_groups = len(backbone.lstm_layers) + 2
+        if unfreeze_every is None and self.total_steps:
+            unfreeze_every = max(1, self.total_steps // num_groups)
+        self.unfreeze_every = int(unfreeze_every or 0)
+        dtype = backbone.dtype_policy
+        self.pooling = ConcatPooling(dtype=dtype, name="concat_pooling")
+        self.head_layers = [
+            keras.layers.BatchNormalization(dtype=dtype, name="block_1_batch_norm"),
+            keras.layers.Dropout(self.dropout, dtype=dtype, name="block_1_dropout"),
+            keras.layers.Dense(self.hidden_units, activation="relu", dtype=dtype,
+                               name="block_1_dense"),
+            keras.layers.BatchNormalization(dtype=dtype, name="block_2_batch_norm"),
+            keras.layers.Dropout(self.hidden_dropout, dtype=dtype, name="block_2_dropout"),
+            keras.layers.Dense(self.num_classes, dtype=dtype, name="logits"),
+        ]
+        width = 3 * backbone.embedding_dim
+        shape = (None, width)
+        for layer in self.head_layers:
+            layer.build(shape)
+            shape = layer.compute_output_shape(shape)
+        self.built = True
+
+    def call(self, inputs, training=False):
+        inputs = {name: inputs[name] for name in CLASSIFIER_INPUTS}
+        hidden = self.backbone(inputs, training=training)["sequence_output"]
+        x = self.pooling(hidden, inputs["padding_mask"])
+        for layer in self.head_layers:
+            x = layer(x, training=training)
+        return x
+
+    # ------------------------------------------------------------------ layer groups
+
+    def layer_groups(self):
+        """The trainable variables of each group, bottom to top: the embedding, each LSTM
+        layer, the head."""
+        groups = [self.backbone.token_embedding.trainable_variables]
+        groups += [lstm.trainable_variables for lstm in self.backbone.lstm_layers]
+        groups.append([v for layer in self.head_layers for v in layer.trainable_variables])
+        return groups
+
+    def group_scales(self, step):
+        """Per trainable variable: (step multiplier, gradient mask) at ``step``."""
+        groups = self.layer_groups()
+        scales = discriminative_scales(len(groups), self.discriminative_factor)
+        unfrozen = unfrozen_groups(step, len(groups), self.unfreeze_every)
+        by_variable = {}
+        for index, (group, scale) in enumerate(zip(groups, scales)):
+            trains = ops.cast(index >= len(groups) - unfrozen, "float32")
+            for variable in group:
+                by_variable[id(variable)] = (scale * trains, trains)
+        return [by_variable.get(id(v), (1.0, 1.0)) for v in self.trainable_variables]
+
+    # ------------------------------------------------------------------ training
+
+    def compile(self, optimizer="rmsprop", **kwargs):
+        """Compiles with ``optimizer``, its learning rate replaced by slanted triangular
+        learning rates peaking at its own (peak) rate when `total_steps` is known."""
+        optimizer = keras.optimizers.get(optimizer)
+        if self.total_steps:
+            optimizer.learning_rate = SlantedTriangular(
+                _peak_learning_rate(optimizer), self.total_steps, self.cut_frac, self.ratio)
+        super().compile(optimizer=optimizer, **kwargs)
+
+    def train_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
+                                     training=True)
+            scaled_loss = self.optimizer.scale_loss(loss)
+        variables = self.trainable_variables
+        gradients = tape.gradient(scaled_loss, variables)
+        scales = self.group_scales(self.optimizer.iterations)
+        apply_scaled_updates(self.optimizer, gradients, variables,
+                             scales=[scale for scale, _ in scales],
+                             gradient_masks=[mask for _, mask in scales])
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "num_classes": self.num_classes, "hidden_units": self.hidden_units,
+            "dropout": self.dropout, "hidden_dropout": self.hidden_dropout,
+            "discriminative_factor": self.discriminative_factor,
+            "total_steps": self.total_steps, "cut_frac": self.cut_frac, "ratio": self.ratio,
+            "unfreeze_every": self.unfreeze_every})
+        return config
+
+
+__all__ = ["UlmfitClassifier", "discriminative_scales", "unfrozen_groups"]
