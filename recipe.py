@@ -50,6 +50,7 @@ DEFAULTS = {
                    "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10,
                    **OPTIMIZER_DEFAULTS, "task_args": {},
                    "sequence_length": 128, "text_features": ["sentence"], "num_classes": 2},
+    "lm_finetuning": None,  # optional target-task LM fine-tuning stage (recipe_lm_finetuning)
     "evaluation": {"threshold": None, "batch_size": 64, "max_batches": None},
     "serving": {"generation": {"max_length": 64, "sampler": "top_k", "k": 10,
                                "temperature": 1.0}},
@@ -350,7 +351,8 @@ def validate(recipe: dict) -> dict:
     else:
         objective = None  # the checkpoint's tokenizer and weights replace corpus learning
     _check_teacher(check, recipe, architecture, objective)
-    for stage in ("pretraining", "finetuning"):
+    from lmfactory.recipe_lm_finetuning import check_lm_finetuning
+    for stage in ("pretraining", "finetuning") + check_lm_finetuning(check, recipe, objective):
         check.positive_int(f"{stage}.steps")
         check.positive_int(f"{stage}.batch_size")
         check.positive_int(f"{stage}.eval_steps")

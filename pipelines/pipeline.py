@@ -5,6 +5,7 @@
       (or CheckpointImporter: published weights, recipe pretraining.init_checkpoint)
       (or, with a recipe teacher: TeacherExampleGen -> TeacherPretrainer -> Distiller;
        task_distillation: TeacherFineTuner -> TaskDistiller replaces FineTuner)
+      (lm_finetuning: LMFineTuningExampleGen -> ... -> TargetLMFineTuner, ULMFiT §3.2)
     TaskExampleGen (classification, regression, GLUE presets; tagging, span_qa,
       multiple_choice: CoNLL / SQuAD / CommonsenseQA / SWAG files) ─────────── FineTuner
       or TargetExampleGen -> TargetLMExampleGen (causal LM fine-tuning) ──────┘    │
@@ -184,8 +185,24 @@ def _teacher_stage(recipe: dict, corpus, vocabulary) -> list:
     return [examples, trainer]
 
 
+def _target_lm_stage(recipe: dict, vocabulary, pretrained_model) -> list:
+    """ULMFiT §3.2: the pretrained LM fine-tuned on the target task's text
+    (``data.target_corpus``) with the ``lm_finetuning`` settings before the task fine-tuning;
+    the FineTuner starts from the last component's model."""
+    target_gen = TextExampleGen(input_config=_absolute_paths(recipe["data"]["target_corpus"])
+                                ).with_id("LMFineTuningExampleGen")
+    target_lm_gen = _lm_example_gen(recipe, target_gen.outputs["examples"], vocabulary
+                                    ).with_id("LMFineTuningLMExampleGen")
+    return [target_gen, target_lm_gen, _trainer(
+        recipe, "lm_finetuning", target_lm_gen.outputs["pretraining_examples"],
+        base_model=pretrained_model).with_id("TargetLMFineTuner")]
+
+
 def create_components(recipe: dict, serving_dir: str) -> list:
     components, pretrained_model, vocabulary, teacher = _pretraining_stage(recipe)
+    if recipe.get("lm_finetuning"):
+        components += _target_lm_stage(recipe, vocabulary, pretrained_model)
+        pretrained_model = components[-1].outputs["model"]
     task = task_record(recipe)
     if task_kinds.for_recipe(recipe["finetuning"]["task"]).data_section == "task":
         task_gen = TextExampleGen(

@@ -11,7 +11,7 @@ from keras import ops
 from lmfactory.models.awd_lstm.concat_pooling import ConcatPooling
 from lmfactory.models.awd_lstm.scaled_updates import apply_scaled_updates
 from lmfactory.models.awd_lstm.slanted_triangular import SlantedTriangular
-from lmfactory.models.task_model import SubclassedTask
+from lmfactory.models.task_model import Task, int_inputs
 
 CLASSIFIER_INPUTS = ("token_ids", "padding_mask")
 
@@ -33,21 +33,23 @@ def unfrozen_groups(step, num_groups, unfreeze_every):
     return ops.minimum(1 + step // int(unfreeze_every), num_groups)
 
 
-def _peak_learning_rate(optimizer):
-    """The peak learning rate of ``optimizer``: its float rate, or the peak / initial rate
-    its schedule's config names."""
+def _schedule_value(optimizer, keys):
+    """The first of ``keys`` that ``optimizer``'s learning-rate schedule config names (its
+    float rate for a constant rate and a key naming a rate), else None."""
     value = optimizer.get_config()["learning_rate"]
     if isinstance(value, (int, float)):
-        return float(value)
+        return float(value) if "learning_rate" in keys[0] else None
     config = value.get("config", {}) if isinstance(value, dict) else {}
-    for key in ("peak_learning_rate", "max_learning_rate", "initial_learning_rate"):
+    for key in keys:
         if key in config:
-            return float(config[key])
-    raise ValueError(f"Cannot read a peak learning rate from the optimizer's schedule "
-                     f"{value!r}; give the optimizer a float learning rate")
+            return config[key]
+    return None
 
 
-class UlmfitClassifier(SubclassedTask):
+PEAK_KEYS = ("peak_learning_rate", "max_learning_rate", "initial_learning_rate")
+
+
+class UlmfitClassifier(Task):
     """Classifier fine-tuning of an `AwdLstmBackbone` (ULMFiT §3.3).
 
     Head: concat pooling h_c = [h_T, maxpool(H), meanpool(H)] over the real tokens of the
@@ -83,50 +85,40 @@ class UlmfitClassifier(SubclassedTask):
         dropout: dropout of the first block (0.4).
         hidden_dropout: dropout of the second block (0.1).
         discriminative_factor: 2.6.
-        total_steps: training steps (for STLR and the unfreezing period); None: neither.
+        total_steps: training steps (for STLR and the unfreezing period); None: the
+            ``total_steps`` of the compiled optimizer's schedule if it names one, else
+            neither (a constant rate, all groups training).
         cut_frac, ratio: STLR's (0.1, 32).
-        unfreeze_every: steps between unfreezing two groups; 0: no gradual unfreezing.
+        unfreeze_every: steps between unfreezing two groups (default total_steps // the
+            number of groups); 0: no gradual unfreezing.
     """
 
     def __init__(self, backbone, num_classes, hidden_units=50, dropout=0.4,
                  hidden_dropout=0.1, discriminative_factor=2.6, total_steps=None,
                  cut_frac=0.1, ratio=32.0, unfreeze_every=None, **kwargs):
-        super().__init__(**kwargs)
-        self.backbone = backbone
-        self.num_classes, self.hidden_units = int(num_classes), int(hidden_units)
-        self.dropout, self.hidden_dropout = float(dropout), float(hidden_dropout)
-        self.discriminative_factor = float(discriminative_factor)
-        self.total_steps = None if total_steps is None else int(total_steps)
-        self.cut_frac, self.ratio = float(cut_frac), float(ratio)
-        num_groups = len(backbone.lstm_layers) + 2
-        if unfreeze_every is None and self.total_steps:
-            unfreeze_every = max(1, self.total_steps // num_groups)
-        self.unfreeze_every = int(unfreeze_every or 0)
         dtype = backbone.dtype_policy
+        self.backbone = backbone
         self.pooling = ConcatPooling(dtype=dtype, name="concat_pooling")
         self.head_layers = [
             keras.layers.BatchNormalization(dtype=dtype, name="block_1_batch_norm"),
-            keras.layers.Dropout(self.dropout, dtype=dtype, name="block_1_dropout"),
-            keras.layers.Dense(self.hidden_units, activation="relu", dtype=dtype,
+            keras.layers.Dropout(dropout, dtype=dtype, name="block_1_dropout"),
+            keras.layers.Dense(hidden_units, activation="relu", dtype=dtype,
                                name="block_1_dense"),
             keras.layers.BatchNormalization(dtype=dtype, name="block_2_batch_norm"),
-            keras.layers.Dropout(self.hidden_dropout, dtype=dtype, name="block_2_dropout"),
-            keras.layers.Dense(self.num_classes, dtype=dtype, name="logits"),
+            keras.layers.Dropout(hidden_dropout, dtype=dtype, name="block_2_dropout"),
+            keras.layers.Dense(num_classes, dtype=dtype, name="logits"),
         ]
-        width = 3 * backbone.embedding_dim
-        shape = (None, width)
+        inputs = int_inputs(CLASSIFIER_INPUTS)
+        x = self.pooling(backbone(inputs)["sequence_output"], inputs["padding_mask"])
         for layer in self.head_layers:
-            layer.build(shape)
-            shape = layer.compute_output_shape(shape)
-        self.built = True
-
-    def call(self, inputs, training=False):
-        inputs = {name: inputs[name] for name in CLASSIFIER_INPUTS}
-        hidden = self.backbone(inputs, training=training)["sequence_output"]
-        x = self.pooling(hidden, inputs["padding_mask"])
-        for layer in self.head_layers:
-            x = layer(x, training=training)
-        return x
+            x = layer(x)
+        super().__init__(inputs=inputs, outputs=x, **kwargs)
+        self.num_classes, self.hidden_units = int(num_classes), int(hidden_units)
+        self.dropout, self.hidden_dropout = float(dropout), float(hidden_dropout)
+        self.discriminative_factor = float(discriminative_factor)
+        self.cut_frac, self.ratio = float(cut_frac), float(ratio)
+        self.unfreeze_every = unfreeze_every
+        self._resolve_schedule(total_steps)
 
     # ------------------------------------------------------------------ layer groups
 
@@ -152,13 +144,27 @@ class UlmfitClassifier(SubclassedTask):
 
     # ------------------------------------------------------------------ training
 
+    def _resolve_schedule(self, total_steps):
+        """Sets `total_steps` and the default unfreezing period (total_steps // groups)."""
+        self.total_steps = None if total_steps is None else int(total_steps)
+        if self.unfreeze_every is None and self.total_steps:
+            self.unfreeze_every = max(1, self.total_steps // len(self.layer_groups()))
+
     def compile(self, optimizer="rmsprop", **kwargs):
         """Compiles with ``optimizer``, its learning rate replaced by slanted triangular
-        learning rates peaking at its own (peak) rate when `total_steps` is known."""
+        learning rates peaking at its own (peak) rate when the number of steps is known:
+        `total_steps`, else the ``total_steps`` its schedule names (the pipeline trainer's
+        warmup / decay schedule does, components/trainer/optimization.py)."""
         optimizer = keras.optimizers.get(optimizer)
+        if self.total_steps is None:
+            self._resolve_schedule(_schedule_value(optimizer, ("total_steps",)))
         if self.total_steps:
+            peak = _schedule_value(optimizer, PEAK_KEYS)
+            if peak is None:
+                raise ValueError("UlmfitClassifier: cannot read the peak learning rate of the "
+                                 "optimizer's schedule for STLR; give it a float rate")
             optimizer.learning_rate = SlantedTriangular(
-                _peak_learning_rate(optimizer), self.total_steps, self.cut_frac, self.ratio)
+                float(peak), self.total_steps, self.cut_frac, self.ratio)
         super().compile(optimizer=optimizer, **kwargs)
 
     def train_step(self, data):
