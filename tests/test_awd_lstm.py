@@ -18,7 +18,7 @@ from lmfactory.models.awd_lstm.concat_pooling import ConcatPooling
 from lmfactory.models.awd_lstm.embedding_dropout import EmbeddingDropout
 from lmfactory.models.awd_lstm.scaled_updates import apply_scaled_updates
 from lmfactory.models.awd_lstm.slanted_triangular import SlantedTriangular
-from lmfactory.models.awd_lstm.ulmfit_classifier import discriminative_scales
+from lmfactory.models.awd_lstm.ulmfit_schedule import discriminative_scales
 from lmfactory.models.awd_lstm.variable_bptt import sample_sequence_length
 from lmfactory.models.awd_lstm.weight_drop_lstm import WeightDropLSTM
 
@@ -382,3 +382,20 @@ def test_classifier_round_trip_and_padding_invariance(tmp_path):
     loaded = keras.saving.load_model(path, compile=False)
     np.testing.assert_allclose(np.asarray(loaded(right)), np.asarray(classifier(right)),
                                atol=1e-6)
+
+
+def test_target_lm_fine_tuning_uses_discriminative_rates_and_stlr():
+    lm = AwdLstmCausalLM(tiny_backbone(dropout_weight=0.0), variable_length=False,
+                         total_steps=50, discriminative_factor=2.6, slanted_triangular=True)
+    learning_rate = 1e-3
+    lm.compile(optimizer=keras.optimizers.Adam(learning_rate))
+    assert isinstance(lm.optimizer._learning_rate, SlantedTriangular)
+    before = _group_snapshots(lm)
+    x = batch(rows=4, length=8)
+    y = np.roll(x["token_ids"], -1, axis=1)
+    lm.fit(x, y, epochs=1, verbose=0)
+    after = _group_snapshots(lm)
+    # Step 0 of STLR: eta_max / 32; groups embedding, lstm_0, lstm_1 (+ output bias).
+    for group, scale in enumerate(discriminative_scales(3)):
+        largest = max(np.abs(b - a).max() for b, a in zip(before[group], after[group]))
+        np.testing.assert_allclose(largest, learning_rate / 32 * scale, rtol=0.02)

@@ -31,7 +31,7 @@ def _recipe(tmp_path, demo_data, extra=(), name="sst2"):
         f"data.target_corpus.path={sst2 / 'train.tsv'}", f"data.task.dir={sst2}",
         "finetuning.sequence_length=32", "evaluation.threshold=0.0",
         "pretraining.task_args={bptt: 24}", "lm_finetuning.steps=6",
-        "lm_finetuning.task_args={bptt: 24}", *extra])
+        "lm_finetuning.task_args.bptt=24", *extra])
 
 
 def test_lm_finetuning_stage_sits_between_pretraining_and_the_classifier(tmp_path, demo_data):
@@ -42,8 +42,10 @@ def test_lm_finetuning_stage_sits_between_pretraining_and_the_classifier(tmp_pat
     assert components["FineTuner"].inputs["base_model"].producer_component_id == \
         "TargetLMFineTuner"
     config = json.loads(target_lm.exec_properties["custom_config"])
-    assert config["task"] is None and config["task_args"] == {"bptt": 24}
-    assert config["learning_rate"] == recipe["lm_finetuning"]["learning_rate"] == 0.001
+    assert config["task"] is None
+    assert config["task_args"] == {"bptt": 24, "discriminative_factor": 2.6,
+                                   "slanted_triangular": True}
+    assert config["learning_rate"] == recipe["lm_finetuning"]["learning_rate"] == 0.004
     no_stage = _recipe(tmp_path, demo_data, ["lm_finetuning=null"], name="b")
     ids = [c.id for c in create_components(no_stage, str(tmp_path / "serving"))]
     assert "TargetLMFineTuner" not in ids and "FineTuner" in ids

@@ -7,6 +7,8 @@ import tensorflow as tf
 from keras import ops
 
 from lmfactory.models.awd_lstm.scaled_updates import apply_scaled_updates
+from lmfactory.models.awd_lstm.ulmfit_schedule import (backbone_groups, group_scales,
+                                                       use_slanted_triangular)
 from lmfactory.models.awd_lstm.variable_bptt import sample_sequence_length
 from lmfactory.models.generation import CausalLMGeneration
 from lmfactory.models.gpt2.gpt2_causal_lm import tied_logits
@@ -58,6 +60,13 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
     (`variable_length=True`) and scales the optimizer's step by seq_len / bptt
     (`scaled_updates`: the update, not the gradient, so the scale holds under Adam too).
 
+    ULMFiT's target task LM fine-tuning (Howard & Ruder 2018 §3.2, the `lm_finetuning`
+    stage) adds discriminative fine-tuning (`discriminative_factor` 2.6: the embedding, then
+    each LSTM layer, the last one with the output bias, from the lowest rate to the
+    highest) and slanted triangular learning rates (`slanted_triangular`, over
+    `total_steps`, which the pipeline's trainer passes), both off by default (AWD-LSTM's own
+    training has neither).
+
     `self(x)` returns the logits [B, T, V]; `generate_ids` (`CausalLMGeneration`) decodes
     through the backbone's (h, c) decoding state.
 
@@ -71,14 +80,26 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
         beta: TAR weight (1).
         bptt: the base BPTT length (70).
         variable_length: sample the BPTT length per step (§4.1).
+        total_steps: training steps (STLR's T); the trainer passes it.
+        discriminative_factor: ULMFiT's per-layer learning-rate divisor (2.6), None: off.
+        slanted_triangular: use STLR (needs `total_steps`).
+        cut_frac, ratio: STLR's (0.1, 32).
     """
 
     def __init__(self, backbone, alpha=2.0, beta=1.0, bptt=70, variable_length=True,
-                 **kwargs):
+                 total_steps=None, discriminative_factor=None, slanted_triangular=False,
+                 cut_frac=0.1, ratio=32.0, **kwargs):
         super().__init__(**kwargs)
         self.backbone = backbone
         self.alpha, self.beta = float(alpha), float(beta)
         self.bptt, self.variable_length = int(bptt), bool(variable_length)
+        if slanted_triangular and not total_steps:
+            raise ValueError("AwdLstmCausalLM: slanted_triangular needs total_steps")
+        self.total_steps = None if total_steps is None else int(total_steps)
+        self.discriminative_factor = None if discriminative_factor is None \
+            else float(discriminative_factor)
+        self.slanted_triangular = bool(slanted_triangular)
+        self.cut_frac, self.ratio = float(cut_frac), float(ratio)
         self.output_dropout = keras.layers.SpatialDropout1D(
             backbone.dropout, dtype=backbone.dtype_policy, name="output_dropout")
         self.output_bias = self.add_weight(
@@ -146,6 +167,31 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
 
     # ------------------------------------------------------------------ Keras steps
 
+    def compile(self, optimizer="rmsprop", **kwargs):
+        """Compiles with ``optimizer``, its rate replaced by STLR with `slanted_triangular`."""
+        optimizer = keras.optimizers.get(optimizer)
+        if self.slanted_triangular:
+            use_slanted_triangular(optimizer, self.total_steps, self.cut_frac, self.ratio,
+                                   type(self).__name__)
+        super().compile(optimizer=optimizer, **kwargs)
+
+    def layer_groups(self):
+        """ULMFiT's layer groups, bottom to top: the embedding (the tied softmax), each
+        LSTM layer; the output bias joins the last."""
+        groups = backbone_groups(self.backbone)
+        groups[-1] = groups[-1] + [self.output_bias]
+        return groups
+
+    def step_scales(self, variables, length_scale):
+        """Per variable: the multiplier of its optimizer step (the BPTT length's, times the
+        discriminative rate of its group)."""
+        if self.discriminative_factor is None:
+            return length_scale
+        scales = group_scales(self.layer_groups(), variables, self.optimizer.iterations,
+                              self.discriminative_factor)
+        return [scale if length_scale is None else scale * length_scale
+                for scale, _ in scales]
+
     def _results(self, loss):
         for metric in self.metrics:
             if metric.name == "loss":
@@ -167,7 +213,8 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
             scaled_loss = self.optimizer.scale_loss(loss)
         variables = self.trainable_variables
         gradients = tape.gradient(scaled_loss, variables)
-        apply_scaled_updates(self.optimizer, gradients, variables, scale)
+        apply_scaled_updates(self.optimizer, gradients, variables,
+                             self.step_scales(variables, scale))
         return self._results(loss)
 
     def test_step(self, data):
@@ -179,7 +226,11 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
     def get_config(self):
         config = super().get_config()
         config.update({"alpha": self.alpha, "beta": self.beta, "bptt": self.bptt,
-                       "variable_length": self.variable_length})
+                       "variable_length": self.variable_length,
+                       "total_steps": self.total_steps,
+                       "discriminative_factor": self.discriminative_factor,
+                       "slanted_triangular": self.slanted_triangular,
+                       "cut_frac": self.cut_frac, "ratio": self.ratio})
         return config
 
 

@@ -10,43 +10,12 @@ from keras import ops
 
 from lmfactory.models.awd_lstm.concat_pooling import ConcatPooling
 from lmfactory.models.awd_lstm.scaled_updates import apply_scaled_updates
-from lmfactory.models.awd_lstm.slanted_triangular import SlantedTriangular
+from lmfactory.models.awd_lstm.ulmfit_schedule import (backbone_groups, group_scales,
+                                                       schedule_value,
+                                                       use_slanted_triangular)
 from lmfactory.models.task_model import Task, int_inputs
 
 CLASSIFIER_INPUTS = ("token_ids", "padding_mask")
-
-
-def discriminative_scales(num_groups, factor=2.6):
-    """The learning-rate multiplier of each layer group, bottom to top (§3.2: "eta^{l-1} =
-    eta^l / 2.6"): factor^-(L-1-l), 1 for the top group."""
-    return [factor ** -(num_groups - 1 - group) for group in range(num_groups)]
-
-
-def unfrozen_groups(step, num_groups, unfreeze_every):
-    """How many groups from the top train at ``step`` (§3.3 gradual unfreezing: "we first
-    unfreeze the last layer and fine-tune all unfrozen layers for one epoch. We then
-    unfreeze the next lower frozen layer and repeat"): 1 + step // unfreeze_every, at most
-    all; all of them when ``unfreeze_every`` is falsy."""
-    if not unfreeze_every:
-        return ops.convert_to_tensor(num_groups, "int64")
-    step = ops.cast(step, "int64")
-    return ops.minimum(1 + step // int(unfreeze_every), num_groups)
-
-
-def _schedule_value(optimizer, keys):
-    """The first of ``keys`` that ``optimizer``'s learning-rate schedule config names (its
-    float rate for a constant rate and a key naming a rate), else None."""
-    value = optimizer.get_config()["learning_rate"]
-    if isinstance(value, (int, float)):
-        return float(value) if "learning_rate" in keys[0] else None
-    config = value.get("config", {}) if isinstance(value, dict) else {}
-    for key in keys:
-        if key in config:
-            return config[key]
-    return None
-
-
-PEAK_KEYS = ("peak_learning_rate", "max_learning_rate", "initial_learning_rate")
 
 
 class UlmfitClassifier(Task):
@@ -65,7 +34,7 @@ class UlmfitClassifier(Task):
     layer, the head:
 
     * discriminative fine-tuning (§3.2): group l learns at eta / 2.6^(L-1-l)
-      (`discriminative_scales`), applied to the optimizer's *step* (`scaled_updates`), so
+      (`ulmfit_schedule.discriminative_scales`), applied to the optimizer's *step* (`scaled_updates`), so
       it holds under Adam, where scaling a gradient would not change the step;
     * slanted triangular learning rates (§3.2, `SlantedTriangular`, cut_frac 0.1, ratio
       32): with `total_steps` known, `compile` replaces the optimizer's learning rate by
@@ -125,22 +94,8 @@ class UlmfitClassifier(Task):
     def layer_groups(self):
         """The trainable variables of each group, bottom to top: the embedding, each LSTM
         layer, the head."""
-        groups = [self.backbone.token_embedding.trainable_variables]
-        groups += [lstm.trainable_variables for lstm in self.backbone.lstm_layers]
-        groups.append([v for layer in self.head_layers for v in layer.trainable_variables])
-        return groups
-
-    def group_scales(self, step):
-        """Per trainable variable: (step multiplier, gradient mask) at ``step``."""
-        groups = self.layer_groups()
-        scales = discriminative_scales(len(groups), self.discriminative_factor)
-        unfrozen = unfrozen_groups(step, len(groups), self.unfreeze_every)
-        by_variable = {}
-        for index, (group, scale) in enumerate(zip(groups, scales)):
-            trains = ops.cast(index >= len(groups) - unfrozen, "float32")
-            for variable in group:
-                by_variable[id(variable)] = (scale * trains, trains)
-        return [by_variable.get(id(v), (1.0, 1.0)) for v in self.trainable_variables]
+        return backbone_groups(self.backbone) + [
+            [v for layer in self.head_layers for v in layer.trainable_variables]]
 
     # ------------------------------------------------------------------ training
 
@@ -157,14 +112,10 @@ class UlmfitClassifier(Task):
         warmup / decay schedule does, components/trainer/optimization.py)."""
         optimizer = keras.optimizers.get(optimizer)
         if self.total_steps is None:
-            self._resolve_schedule(_schedule_value(optimizer, ("total_steps",)))
+            self._resolve_schedule(schedule_value(optimizer, ("total_steps",)))
         if self.total_steps:
-            peak = _schedule_value(optimizer, PEAK_KEYS)
-            if peak is None:
-                raise ValueError("UlmfitClassifier: cannot read the peak learning rate of the "
-                                 "optimizer's schedule for STLR; give it a float rate")
-            optimizer.learning_rate = SlantedTriangular(
-                float(peak), self.total_steps, self.cut_frac, self.ratio)
+            use_slanted_triangular(optimizer, self.total_steps, self.cut_frac, self.ratio,
+                                   type(self).__name__)
         super().compile(optimizer=optimizer, **kwargs)
 
     def train_step(self, data):
@@ -176,7 +127,8 @@ class UlmfitClassifier(Task):
             scaled_loss = self.optimizer.scale_loss(loss)
         variables = self.trainable_variables
         gradients = tape.gradient(scaled_loss, variables)
-        scales = self.group_scales(self.optimizer.iterations)
+        scales = group_scales(self.layer_groups(), variables, self.optimizer.iterations,
+                              self.discriminative_factor, self.unfreeze_every)
         apply_scaled_updates(self.optimizer, gradients, variables,
                              scales=[scale for scale, _ in scales],
                              gradient_masks=[mask for _, mask in scales])
@@ -196,4 +148,4 @@ class UlmfitClassifier(Task):
         return config
 
 
-__all__ = ["UlmfitClassifier", "discriminative_scales", "unfrozen_groups"]
+__all__ = ["UlmfitClassifier"]
