@@ -16,10 +16,11 @@ from lmfactory.models.named_registry import NamedRegistry
 
 # Families (what a backbone is, which heads and objectives fit it):
 # "encoder": bidirectional Transformer encoders (BERT, RoBERTa, ...);
-# "decoder": left-to-right Transformer decoders (GPT-1/2/3, the char Transformer LM);
+# "decoder": left-to-right LMs over a bounded context (GPT-1/2/3, the char Transformer LM,
+#   Bengio's NNLM);
 # "encoder_decoder": sequence-to-sequence models (Transformer, T5, RNN seq2seq);
 # "recurrent": recurrent language models (ELMo, AWD-LSTM);
-# "embedding": word-embedding models (word2vec, NNLM).
+# "embedding": word-embedding models (word2vec).
 FAMILIES = ("encoder", "decoder", "encoder_decoder", "recurrent", "embedding")
 # How a classifier packs one or two segments (see models/classifier_preprocessor.py):
 # "bert": [CLS] A [SEP] B [SEP]; "roberta": <s> A </s></s> B </s> (two separators between).
@@ -95,6 +96,10 @@ class Architecture:
         converters: checkpoint format -> ``fn(path) -> backbone`` loading published weights.
         hf_model_types: the Hugging Face ``model_type`` values the "huggingface" converter
             reads (e.g. ``("bert",)``).
+        causal: whether ``sequence_output`` at position t depends only on tokens <= t (a
+            left-to-right LM). None (the default) means "the family's": True for decoders,
+            False otherwise; a recurrent LM (AWD-LSTM) sets True, a bidirectional one
+            (ELMo) leaves it. The conformance harness checks it.
         paper: citation of the paper the implementation follows.
     """
 
@@ -110,9 +115,12 @@ class Architecture:
     segment_layout: str = "bert"
     converters: Mapping = dataclasses.field(default_factory=dict)
     hf_model_types: tuple = ()
+    causal: Optional[bool] = None
     paper: str = ""
 
     def __post_init__(self):
+        if self.causal is None:
+            object.__setattr__(self, "causal", self.family == "decoder")
         if self.family not in FAMILIES:
             raise ValueError(f"Architecture {self.name!r}: family must be one of {FAMILIES}, "
                              f"got {self.family!r}")

@@ -13,8 +13,8 @@ from lmfactory import models
 from . import harness
 
 ARCHITECTURES = models.names()
-DECODERS = [name for name in ARCHITECTURES if models.get(name).family == "decoder"]
-GENERATORS = [name for name in DECODERS if models.get(name).has_head("causal_lm")]
+CAUSAL = [name for name in ARCHITECTURES if harness.is_causal(name)]
+GENERATORS = [name for name in ARCHITECTURES if harness.generation_kind(name)]
 OBJECTIVES = [(name, objective) for name in ARCHITECTURES
               for objective in models.get(name).objectives]
 CLASSIFIERS = [name for name in ARCHITECTURES if models.get(name).has_head("classification")]
@@ -60,7 +60,7 @@ def test_padding_invariance(name):
     harness.check_padding_invariance(name, tiny_backbone(name))
 
 
-@pytest.mark.parametrize("name", DECODERS)
+@pytest.mark.parametrize("name", CAUSAL)
 def test_causal_mask(name):
     harness.check_causal_mask(name, tiny_backbone(name))
 
