@@ -64,7 +64,8 @@ def test_registered_as_the_first_encoder_decoder():
 def test_output_shapes_and_attention_is_a_distribution_over_real_words(model):
     outputs = model.backbone(_inputs())
     assert tuple(outputs["encoder_sequence_output"].shape) == (2, 6, 24)  # [fwd; bwd]
-    assert tuple(outputs["decoder_sequence_output"].shape) == (2, 5, 6)  # maxout l = n / 2
+    assert tuple(outputs["decoder_sequence_output"].shape) == (2, 5, 12)  # s_i
+    assert tuple(outputs["decoder_readout"].shape) == (2, 5, 6)  # maxout l = n / 2
     weights = np.asarray(outputs["attention_weights"])
     np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
     np.testing.assert_array_equal(weights[1, :, LENGTHS[1]:], 0.0)

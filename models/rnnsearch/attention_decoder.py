@@ -29,6 +29,7 @@ N(0, 0.01^2), biases zero.
 """
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from lmfactory.models.rnnsearch.alignment import Alignment
@@ -118,21 +119,21 @@ class AttentionDecoder(keras.layers.Layer):
         step_mask = ops.cast(step_mask, "bool")
         encoder_mask = ops.cast(encoder_mask, "bool")
 
-        # keras.ops.scan stacks the carry (its outputs have the carry's structure), so the
+        # tf.scan (keras.ops.scan's TensorFlow version needs static batch and time sizes,
+        # which a serving signature does not have) stacks the carry at every step, so the
         # carry holds the step's features and attention weights next to the states.
         def body(carry, inputs):
             embedding, mask = inputs
             states, features, weights = self.step(list(carry[0]), embedding, mask,
                                                   annotations, keys, encoder_mask)
-            carry = (tuple(states), features, weights)
-            return carry, carry
+            return tuple(states), features, weights
 
         batch = ops.shape(embeddings)[0]
         start = (tuple(initial_states),
                  ops.zeros((batch, self.maxout_dim), dtype=initial_states[0].dtype),
                  ops.zeros((batch, ops.shape(annotations)[1]), dtype="float32"))
         time_major = (ops.transpose(embeddings, (1, 0, 2)), ops.transpose(step_mask, (1, 0)))
-        _, (states, features, weights) = ops.scan(body, start, time_major)
+        states, features, weights = tf.scan(body, time_major, initializer=start)
         outputs = {"features": ops.transpose(features, (1, 0, 2)),
                    "attention": ops.transpose(weights, (1, 0, 2))}
         outputs["states"] = [ops.transpose(state, (1, 0, 2)) for state in states]

@@ -35,15 +35,18 @@ class RNNsearchBackbone(Backbone):
     the annotation of word j is h_j = [->h_j ; <-h_j] (2n wide). Decoder (§3.1, §A.2.2,
     `AttentionDecoder`): s_0 = tanh(W_s <-h_1) (the backward network's state at the first
     word), then per target position the alignment over the annotations, the context c_i,
-    the recurrent update from [E y_{i-1}; c_i] and the deep output with maxout (in the
-    backbone: ``decoder_sequence_output`` is t_i; the head adds W_o and the softmax).
+    the recurrent update from [E y_{i-1}; c_i] and the deep output with maxout. The deep
+    output lives in the backbone (it reads E y_{i-1} and c_i, which only the decoder step
+    has): ``decoder_readout`` is t_i, and the head (`Seq2SeqLM`, which reads the output
+    named by `readout_output`) adds W_o and the softmax.
 
     Inputs (dict, int32): `encoder_token_ids`, `encoder_padding_mask` [B, S],
         `decoder_token_ids` (y_0 = the start token, then the target words shifted right),
         `decoder_padding_mask` [B, T].
     Outputs (dict): `encoder_sequence_output` h [B, S, 2 * hidden_dim],
-        `decoder_sequence_output` t [B, T, maxout_dim], `attention_weights` alpha_ij
-        [B, T, S] (0 on padded source words; each real row sums to 1).
+        `decoder_sequence_output` the decoder states s_i [B, T, hidden_dim],
+        `decoder_readout` the deep output t_i [B, T, maxout_dim], `attention_weights`
+        alpha_ij [B, T, S] (0 on padded source words; each real row sums to 1).
 
     Decoding state (models/generation.py): ``initial_state(batch, max_length,
     encoder_token_ids=..., encoder_padding_mask=...)`` runs the encoder once; the state is
@@ -63,6 +66,9 @@ class RNNsearchBackbone(Backbone):
         max_sequence_length: the longest target `generate_ids` produces (an RNN has no
             position limit; this bounds decoding).
     """
+
+    # The output the language-model head projects onto the vocabulary (W_o t_i).
+    readout_output = "decoder_readout"
 
     def __init__(self, vocabulary_size, hidden_dim, embedding_dim, attention_dim=None,
                  maxout_dim=None, cell_type="gru", attention="additive",
@@ -94,7 +100,8 @@ class RNNsearchBackbone(Backbone):
                                inputs["decoder_padding_mask"], annotations, keys,
                                encoder_mask, initial)
         outputs = {"encoder_sequence_output": annotations,
-                   "decoder_sequence_output": decoded["features"],
+                   "decoder_sequence_output": decoded["states"][0],
+                   "decoder_readout": decoded["features"],
                    "attention_weights": decoded["attention"]}
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
                          **kwargs)
@@ -133,8 +140,9 @@ class RNNsearchBackbone(Backbone):
 
     def call_with_state(self, token_ids, state, index, return_attention=False):
         """Runs the target tokens at positions ``index``, ... (the protocol of
-        models/generation.py): (t [B, n_tokens, l], updated state), plus the attention
-        weights [B, n_tokens, S] with ``return_attention``."""
+        models/generation.py): (the deep output t [B, n_tokens, l], i.e. what the head's
+        W_o reads, as the protocol's hidden; updated state), plus the attention weights
+        [B, n_tokens, S] with ``return_attention``."""
         buffers = state["decoder_states"]
         previous = [ops.take(buffer, index, axis=1) for buffer in buffers]
         steps = ops.ones(ops.shape(token_ids), dtype="bool")

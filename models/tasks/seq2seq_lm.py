@@ -1,5 +1,6 @@
 """The ``seq2seq_lm`` head of every encoder-decoder: p(y_i | y_<i, x) = softmax(W_o t_i)
-over the backbone's decoder outputs t_i (``decoder_sequence_output``), trained with
+over the backbone's decoder outputs t_i (``decoder_sequence_output``, or the output a
+backbone names in ``readout_output``), trained with
 teacher forcing, generating through the decoding-state protocol (models/generation.py)
 with the encoder inputs as ``state_context``.
 
@@ -41,8 +42,11 @@ class Seq2SeqLM(CausalLMGeneration, Task):
     length-normalised beam search.
 
     Args:
-        backbone: an encoder-decoder backbone with `decoder_sequence_output`,
-            `initial_state`, `call_with_state`, `vocabulary_size`, `max_sequence_length`.
+        backbone: an encoder-decoder backbone with `initial_state`, `call_with_state`
+            (whose hidden is what the output layer reads), `vocabulary_size`,
+            `max_sequence_length`; the output layer reads its `decoder_sequence_output`,
+            or the output named by its class attribute `readout_output` (RNNsearch's deep
+            output t_i).
     """
 
     def __init__(self, backbone, **kwargs):
@@ -54,7 +58,8 @@ class Seq2SeqLM(CausalLMGeneration, Task):
 
         # === Functional model ===
         inputs = int_inputs(SEQ2SEQ_INPUTS)
-        logits = self.output_dense(backbone(inputs)["decoder_sequence_output"])
+        readout = getattr(backbone, "readout_output", "decoder_sequence_output")
+        logits = self.output_dense(backbone(inputs)[readout])
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
 
         # === Metrics ===
