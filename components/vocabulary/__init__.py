@@ -1,5 +1,5 @@
-"""Vocabulary learning (WordPiece, byte-level BPE, SentencePiece; or the fixed byte
-vocabulary) as a Beam-powered TFX component."""
+"""Vocabulary learning (WordPiece, byte-level BPE, SentencePiece, whole words; or the
+fixed byte vocabulary) as a Beam-powered TFX component."""
 
 from lmfactory.components.vocabulary.component import VocabularyGen, VocabularyGenSpec
 from lmfactory.components.vocabulary.executor import (Executor, VocabularyConfig,

@@ -55,16 +55,18 @@ class VocabularyGen(base_beam_component.BaseBeamComponent):
         """Args:
           examples: channel of ``Examples`` (GZIP TFRecords of tf.train.Example).
           kind: "wordpiece" (BERT), "bpe" (GPT-2 / RoBERTa byte-level BPE),
-            "sentencepiece" (ALBERT's unigram SentencePiece) or "byte" (the 256 UTF-8 byte
-            values, nothing learned; the character LM of Al-Rfou et al. 2018).
+            "sentencepiece" (ALBERT's unigram SentencePiece), "byte" (the 256 UTF-8 byte
+            values, nothing learned; the character LM of Al-Rfou et al. 2018) or "word"
+            (whole whitespace-separated words, the rest <unk>; NNLM, word2vec, AWD-LSTM).
           vocab_size: target number of tokens, special tokens included (for "byte":
             exactly 256 + the distinct special tokens).
           text_features: bytes features holding text; values are split into lines on "\\n".
           splits: which splits to learn from.
           lowercase, strip_accents: WordPiece / SentencePiece normalization (ignored for
-            BPE and bytes).
+            BPE and bytes; words: lowercase only).
           min_frequency: WordPiece: lowest piece frequency searched; BPE: a pair must occur
-            this often to be merged; ignored by SentencePiece.
+            this often to be merged; words: a kept word occurs this often; ignored by
+            SentencePiece.
           max_unique_words: the learner sees at most this many distinct words, most
             frequent first.
           special_tokens: role -> token (roles pad, unk, cls, sep, mask, end_of_text) the

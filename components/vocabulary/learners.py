@@ -1,6 +1,6 @@
 """The per-kind learner registry of VocabularyGen: one `Learner` record per tokenizer kind
-(``wordpiece``, ``bpe``, ``sentencepiece``, ``byte``) saying how the Beam steps pre-tokenize
-and count, how the learner writes the vocabulary folder, and what the kind asks of a
+(``wordpiece``, ``bpe``, ``sentencepiece``, ``byte``, ``word``) saying how the Beam steps
+pre-tokenize and count, how the learner writes the vocabulary folder, and what the kind asks of a
 configuration. ``executor.py`` dispatches on ``LEARNERS[config.kind]``.
 
 The registry, `LEARNERS`, is filled here on import (no lazy gaps), in the order of
@@ -15,7 +15,7 @@ import json
 import os
 from typing import Callable, Mapping, Optional
 
-from lmfactory.components.vocabulary import bpe, byte_level, sentence_piece, wordpiece
+from lmfactory.components.vocabulary import bpe, byte_level, sentence_piece, word, wordpiece
 from lmfactory.models import tokenizers
 
 
@@ -130,6 +130,19 @@ def _check_byte_vocab_size(vocab_size: int, special_tokens) -> None:
                          f"+ {size - 256} special token(s)), got {vocab_size}")
 
 
+# --- word --------------------------------------------------------------------------------
+def _count_word(lines, config) -> list:
+    return word.count_lines(lines, config.lowercase, config.resolved_special_tokens)
+
+
+def _learn_word(word_counts, output_dir: str, config, source: str) -> dict:
+    specials = config.resolved_special_tokens
+    tokens, counts = word.learn_vocabulary(word_counts, config.vocab_size,
+                                           config.min_frequency, specials)
+    word.write_files(output_dir, tokens, counts)
+    return word.tokenizer_config(config.lowercase, specials)
+
+
 LEARNERS = {learner.kind: learner for learner in (
     Learner("wordpiece", wordpiece.SPECIAL_TOKENS, _count_wordpiece, _learn_wordpiece,
             lambda output_dir, settings: _file_size(output_dir, settings, "vocabulary_file",
@@ -146,6 +159,10 @@ LEARNERS = {learner.kind: learner for learner in (
                 settings.get("special_tokens", {})),
             check_special_tokens=tokenizers.check_byte_special_tokens,
             check_vocab_size=_check_byte_vocab_size),
+    Learner("word", word.SPECIAL_TOKENS, _count_word, _learn_word,
+            lambda output_dir, settings: _file_size(output_dir, settings, "vocabulary_file",
+                                                    lambda f: sum(1 for _ in f)),
+            needs_unk=True, check_special_tokens=word.check_special_tokens),
 )}
 
 __all__ = ["LEARNERS", "Learner"]

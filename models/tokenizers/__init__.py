@@ -26,6 +26,10 @@ A vocabulary folder holds ``tokenizer.json`` plus the vocabulary files it names
   BERT-style pre-split words whose last symbol carries ``</w>``), read by
   ``models/gpt1/gpt1_tokenizer.py`` :class:`Gpt1BpeTokenizer`, which registers itself as
   the ``bpe`` kind's word-end tokenizer.
+* ``{"kind": "word", "vocabulary_file": "vocab.txt", "counts_file": "counts.txt",
+  "lowercase": bool, "special_tokens": {"unk": "<unk>", ...}}`` -> :class:`WordTokenizer`:
+  whole whitespace-separated words (NNLM, word2vec, ELMo, AWD-LSTM), unknown words ->
+  ``unk``; :func:`word_counts` reads each id's corpus count.
 
 Example generation (Beam), training (tf.data) and the pushed SavedModel all call
 :func:`load_tokenizer`, so ids agree between pretraining data and serving.
@@ -35,7 +39,7 @@ tokenizer folder (``vocab.txt``; ``vocab.json`` + ``merges.txt``; ``spiece.model
 Modules: ``kinds`` (the tokenizer-kind registry: :func:`kind_names`, :func:`get_kind`),
 ``config`` (``tokenizer.json`` and :func:`load_tokenizer`, which asks the registry),
 one module per kind, each registering its record when imported (``wordpiece``,
-``byte_level_bpe``, ``sentencepiece``, ``byte``; all imported here, so every kind is
+``byte_level_bpe``, ``sentencepiece``, ``byte``, ``word``; all imported here, so every kind is
 registered once this package is), ``normalization`` (text steps they share) and
 ``huggingface`` (the import).
 """
@@ -55,6 +59,7 @@ from lmfactory.models.tokenizers.sentencepiece import (WORD_BOUNDARY,
                                                        combining_marks_class, digits_class)
 from lmfactory.models.tokenizers.byte import (BYTE_VALUES, Utf8ByteTokenizer,
                                               check_byte_special_tokens)
+from lmfactory.models.tokenizers.word import WordTokenizer, word_counts
 from lmfactory.models.tokenizers.huggingface import import_huggingface_tokenizer
 
 __all__ = [
@@ -66,4 +71,5 @@ __all__ = [
     "lowercase_characters", "read_tokenizer_config", "register_kind",
     "register_word_end_tokenizer", "special_token_ids", "unique_special_tokens",
     "write_tokenizer_config",
+    "WordTokenizer", "word_counts",
 ]

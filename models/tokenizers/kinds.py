@@ -2,7 +2,7 @@
 ``tokenizer.json`` may name.
 
 Each kind's module registers its record when imported (``wordpiece``, ``byte_level_bpe``,
-``sentencepiece``, ``byte``); importing ``lmfactory.models.tokenizers`` imports them all,
+``sentencepiece``, ``byte``, ``word``); importing ``lmfactory.models.tokenizers`` imports them all,
 so every kind is registered before any folder is read. :func:`load_tokenizer`
 (``config.py``) asks :func:`get_kind` for the record of a folder's kind.
 """
