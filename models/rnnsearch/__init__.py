@@ -14,10 +14,13 @@ ARCHITECTURE = registry.register(
         family="encoder_decoder",
         backbone_cls=RNNsearchBackbone,
         presets=RNNSEARCH_PRESETS,
-        tokenizer_kind="wordpiece",
+        tokenizer_kind="word",
         pretrainers={},
         heads={"seq2seq_lm": Seq2SeqLM},
-        special_tokens={"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>"},
+        # A joint word vocabulary of both languages; sentences end with </s> (§2.1), the
+        # decoder starts from <s>.
+        special_tokens={"pad": "<pad>", "unk": "<unk>", "start": "<s>",
+                        "end_of_text": "</s>"},
         paper="Bahdanau, Cho & Bengio 2015, Neural Machine Translation by Jointly Learning "
               "to Align and Translate (ICLR)",
     )
