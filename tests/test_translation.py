@@ -79,7 +79,7 @@ def test_sources_end_with_the_end_token_and_long_ones_are_truncated(preprocessor
     decoder = x["decoder_token_ids"].numpy()[0]
     assert decoder[0] == preprocessor.start_token_id
     assert decoder[1:4].tolist() == targets.numpy()[0, :3].tolist()
-    assert targets.numpy()[0, 3] == end and weights.numpy()[0].tolist() == [1, 1, 1, 1, 0, 0]
+    assert targets.numpy()[0, 3] == end and weights.numpy()[0].tolist() == [1, 1, 1, 1]
     text = preprocessor.detokenize(tf.constant([[preprocessor.start_token_id,
                                                  int(decoder[1]), end, int(decoder[2])]]))
     text = text.numpy().tolist() if hasattr(text, "numpy") else text  # eager: a list

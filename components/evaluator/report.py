@@ -172,6 +172,11 @@ def _attention_png(heatmap: dict) -> bytes:
     return _png(figure)
 
 
+def plot_attention(heatmap: dict, path: str) -> None:
+    """Writes the attention heat map (``ATTENTION_KEY`` data) as a PNG file."""
+    _write_bytes(_attention_png(heatmap), path)
+
+
 def plot_confusion_matrix(matrix, class_names, path: str) -> None:
     """Writes a PNG heatmap of ``matrix`` (rows true, columns predicted) with each count
     written in its cell."""

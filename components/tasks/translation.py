@@ -51,6 +51,8 @@ def check_recipe(check, recipe: dict, arch) -> None:
         check.fail("data.task.column_names", f"the two languages [source, target], got "
                                              f"{languages!r}")
     check.positive_int("finetuning.sequence_length")
+    check.positive_int("finetuning.task_args.num_beams", required=False)
+    check.fraction("finetuning.task_args.alpha", 0.0, 10.0, required=False)
     if not {START_ROLE, END_ROLE} <= set(arch.special_tokens or {}):
         check.fail("architecture", f"{arch.name} reserves no start / end tokens")
     check.source("data.task")
@@ -163,16 +165,22 @@ def evaluate(model_uri: str, file_pattern: str, task: dict, config: dict) -> dic
 
 
 def attention_heatmap(model_uri: str, source: str, task: dict) -> dict | None:
-    """The attention weights alpha_ij of the model's greedy translation of ``source``
-    (target words x source words, the paper's Figure 3), or None for a backbone that
-    outputs no ``attention_weights``."""
+    """The attention heat map (`attention_of`) of the Model artifact's Keras model."""
     from lmfactory.components.trainer.model_artifact import (load_task_model,
                                                              vocabulary_dir_of)
 
-    model = load_task_model(model_uri)
     preprocessor = preprocessor_for(vocabulary_dir_of(model_uri), task["sequence_length"])
+    return attention_of(load_task_model(model_uri), preprocessor, source)
+
+
+def attention_of(model, preprocessor, source: str) -> dict | None:
+    """The attention weights alpha_ij of ``model``'s greedy translation of ``source``
+    (target words x source words, the paper's Figure 3): ``{"source": words, "target":
+    words, "weights": [target][source]}``, or None for a backbone that outputs no
+    ``attention_weights``."""
     inputs = preprocessor.source_inputs(tf.constant([source]))
-    max_length = min(task["sequence_length"] + 1, int(model.backbone.max_sequence_length))
+    max_length = min(preprocessor.sequence_length + 1,
+                     int(model.backbone.max_sequence_length))
     output = model.translate_ids(inputs["encoder_token_ids"], inputs["encoder_padding_mask"],
                                  preprocessor.start_token_id, preprocessor.end_token_id,
                                  max_length=max_length)
@@ -187,8 +195,8 @@ def attention_heatmap(model_uri: str, source: str, task: dict) -> dict | None:
     tokenizer = preprocessor.tokenizer
     source_ids = inputs["encoder_token_ids"].numpy()[0, :source_length]
     weights = np.asarray(outputs["attention_weights"])[0, :, :source_length]
-    # Row i is the attention when predicting word i + 1 (fed word i): label it with the
-    # word predicted.
+    # Row i is the attention while predicting word i + 1 (fed word i): labelled with the
+    # word it predicted; the last fed position predicts nothing kept.
     return {"source": [tokenizer.id_to_token(int(i)) for i in source_ids],
             "target": [tokenizer.id_to_token(int(i)) for i in ids[1:length]],
             "weights": np.round(weights[:length - 1], 4).tolist()}

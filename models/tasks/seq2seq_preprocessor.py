@@ -3,7 +3,8 @@ inside tf.data and inside the serving SavedModel).
 
 * Source: the sentence's tokens, then the end-of-sentence token (the paper's sentences end
   with one, Bahdanau et al. 2015 §2.1 / Appendix A.2), truncated to ``sequence_length``
-  (the end token kept), right-padded: ``encoder_token_ids``, ``encoder_padding_mask``. An
+  (the end token kept), right-padded to the longest in the batch: ``encoder_token_ids``,
+  ``encoder_padding_mask``. An
   empty sentence is the end token alone (a defined input; its translation is whatever
   the model makes of it).
 * Target (teacher forcing): decoder inputs y_0 = the start token, then the target tokens
@@ -50,9 +51,10 @@ class Seq2SeqPreprocessor(keras.layers.Layer):
         return tf.cast(tokens, tf.int32)
 
     def _dense(self, ragged):
-        """Right-padded ids [B, L] and their padding mask."""
-        ids = ragged.to_tensor(0, shape=[None, self.sequence_length])
-        return ids, tf.sequence_mask(ragged.row_lengths(), self.sequence_length, tf.int32)
+        """Ids right-padded to the batch's longest row (at most ``sequence_length``: no
+        step is spent on columns that are padding in every row) and their padding mask."""
+        ids = ragged.to_tensor(0)
+        return ids, tf.sequence_mask(ragged.row_lengths(), tf.shape(ids)[1], tf.int32)
 
     def source_inputs(self, texts):
         """Sources [B] -> ``encoder_token_ids``, ``encoder_padding_mask`` [B, L]."""
