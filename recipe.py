@@ -354,7 +354,8 @@ def validate(recipe: dict) -> dict:
         raise RecipeError("overrides", "must be a mapping of backbone arguments")
     init_checkpoint = check.get("pretraining.init_checkpoint", required=False)
     if recipe["pretraining"] is None:  # no pretraining: a fresh backbone, trained on the task
-        objective = _check_vocabulary_data(check, architecture)
+        _check_vocabulary_data(check, architecture)
+        objective = None
     elif init_checkpoint is None:
         objective = _check_pretraining_data(check, architecture)
     elif not isinstance(init_checkpoint, str):
