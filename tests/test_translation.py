@@ -80,10 +80,11 @@ def test_sources_end_with_the_end_token_and_long_ones_are_truncated(preprocessor
     assert decoder[0] == preprocessor.start_token_id
     assert decoder[1:4].tolist() == targets.numpy()[0, :3].tolist()
     assert targets.numpy()[0, 3] == end and weights.numpy()[0].tolist() == [1, 1, 1, 1]
-    text = preprocessor.detokenize(tf.constant([[preprocessor.start_token_id,
-                                                 int(decoder[1]), end, int(decoder[2])]]))
-    text = text.numpy().tolist() if hasattr(text, "numpy") else text  # eager: a list
-    assert [t.decode() if isinstance(t, bytes) else t for t in text] == ["Ein"]
+    text = preprocessor.detokenize(tf.constant([
+        [preprocessor.start_token_id, int(decoder[1]), end, int(decoder[2])],
+        [preprocessor.start_token_id] + [int(i) for i in decoder[1:4]]]))
+    assert text.numpy().tolist() == [b"Ein", b"Ein Mann."]  # cut at </s>, "." re-attached
+    assert parallel.join_punctuation("Ein Hund ( klein ) , rennt .") == "Ein Hund (klein), rennt."
 
 
 def test_recipe_without_pretraining_needs_task_data():

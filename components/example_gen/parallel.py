@@ -22,6 +22,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from lmfactory.components.example_gen import formats
+from lmfactory.models.tasks.seq2seq_preprocessor import ATTACH_TO_NEXT, ATTACH_TO_PREVIOUS
 
 SOURCE_FEATURE = "source"
 TARGET_FEATURE = "target"
@@ -33,6 +34,14 @@ PUNCTUATION = r"""([.,!?;:"()\[\]])"""
 def split_punctuation(sentence: str) -> str:
     """``sentence`` with each punctuation mark a word of its own and single spaces."""
     return " ".join(re.sub(PUNCTUATION, r" \1 ", sentence).split())
+
+
+def join_punctuation(sentence: str) -> str:
+    """The inverse of `split_punctuation` for display and scoring: "Ein Mann ." ->
+    "Ein Mann." (the rule the served translations follow)."""
+    for pattern, rewrite in (ATTACH_TO_PREVIOUS, ATTACH_TO_NEXT):
+        sentence = re.sub(pattern, rewrite, sentence)
+    return sentence
 
 
 def target_path(source_path: str, languages: Sequence[str]) -> str:

@@ -3,8 +3,8 @@
 ``seq2seq_lm`` head trained by teacher forcing (the mean negative log-likelihood of each
 reference word given the source and the reference prefix, §2.1) -> a SavedModel that
 translates raw sentences (components/trainer/translation_serving.py) -> corpus BLEU with
-sacreBLEU (Post 2018; its default 13a tokenization, so the word splitting of our outputs
-does not change the score) of the served translations against the references, plus one
+sacreBLEU (Post 2018; default 13a tokenization) of the served translations against the
+references (punctuation attached again, as the served text has it), plus one
 sentence's attention weights (the paper's Figure 3 heat map) in the evaluation report.
 
 Shared by every encoder-decoder (RNNsearch, the Transformer, T5): the model only needs the
@@ -149,7 +149,7 @@ def evaluate(model_uri: str, file_pattern: str, task: dict, config: dict) -> dic
         if config.get("max_batches") is not None and step >= config["max_batches"]:
             break
         sources += [text.decode("utf-8") for text in batch[parallel.SOURCE_FEATURE].numpy()]
-        references += [text.decode("utf-8")
+        references += [parallel.join_punctuation(text.decode("utf-8"))
                        for text in batch[parallel.TARGET_FEATURE].numpy()]
         hypotheses += [text.decode("utf-8") for text in serve(
             text=batch[parallel.SOURCE_FEATURE])["translation"].numpy()]

@@ -10,7 +10,8 @@ inside tf.data and inside the serving SavedModel).
 * Target (teacher forcing): decoder inputs y_0 = the start token, then the target tokens
   (``decoder_token_ids``); targets the target tokens then the end token (each position
   predicts the next word); weights 1 on real targets.
-* Output: generated ids (start token first) -> text, cut at the first end token.
+* Output: generated ids (start token first) -> text, cut at the first end token, with
+  split-off punctuation attached again (`ATTACH_TO_PREVIOUS`, `ATTACH_TO_NEXT`).
 
 ``punctuation``: an RE2 character class in a group; each match is split off as a word of
 its own before the word tokenizer runs (the rule the ingested text went through).
@@ -18,6 +19,11 @@ its own before the word tokenizer runs (the rule the ingested text went through)
 
 import keras
 import tensorflow as tf
+
+# The inverse of the punctuation split, for output text: closing marks attach to the word
+# before them, opening ones to the word after (RE2 / Python `re` patterns and rewrites).
+ATTACH_TO_PREVIOUS = (r" ([.,!?;:)\]])", r"\1")
+ATTACH_TO_NEXT = (r"([(\[]) ", r"\1")
 
 
 class Seq2SeqPreprocessor(keras.layers.Layer):
@@ -82,7 +88,11 @@ class Seq2SeqPreprocessor(keras.layers.Layer):
         keep = tf.equal(tf.cumsum(is_end, axis=1, exclusive=True) + is_end, 0)
         lengths = tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)
         ragged = tf.RaggedTensor.from_tensor(token_ids, lengths=lengths)
-        return self.tokenizer.detokenize(ragged)
+        text = self.tokenizer.detokenize(ragged)
+        if self.punctuation:
+            for pattern, rewrite in (ATTACH_TO_PREVIOUS, ATTACH_TO_NEXT):
+                text = tf.strings.regex_replace(text, pattern, rewrite)
+        return text
 
     def call(self, texts):
         return self.source_inputs(texts)
