@@ -99,7 +99,7 @@ class AttentionDecoder(keras.layers.Layer):
         ``embedding`` [B, m] -> (new states, t_i [B, l], alpha_i [B, S])."""
         weights = self.alignment(states[0], keys, encoder_mask)
         context = ops.einsum("bs,bsd->bd", ops.cast(weights, annotations.dtype), annotations)
-        output, new_states = self.cell(ops.concatenate([embedding, context], axis=-1), states)
+        _, new_states = self.cell(ops.concatenate([embedding, context], axis=-1), states)
         new_states = list(new_states) if isinstance(new_states, (list, tuple)) \
             else [new_states]
         keep = step_mask[:, None]
@@ -113,9 +113,8 @@ class AttentionDecoder(keras.layers.Layer):
         """Runs the decoder over all positions of ``embeddings`` [B, T, m] from
         ``initial_states`` (list of [B, n]).
 
-        Returns a dict: ``features`` t [B, T, l], ``states`` s_i [B, T, n] (one list entry
-        per state tensor: ``states``, and ``cells`` for an LSTM) and ``attention`` alpha
-        [B, T, S]."""
+        Returns a dict: ``features`` t [B, T, l], ``states`` a list of [B, T, n] (s_i; for
+        an LSTM h_i then c_i) and ``attention`` alpha [B, T, S]."""
         step_mask = ops.cast(step_mask, "bool")
         encoder_mask = ops.cast(encoder_mask, "bool")
 
