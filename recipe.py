@@ -277,6 +277,20 @@ def _check_pretraining_data(check: _Checker, architecture: str) -> str:
     return objective
 
 
+def _check_vocabulary_data(check: _Checker, architecture: str) -> None:
+    """A recipe without pretraining (``pretraining: null``) still learns its vocabulary
+    from ``data.corpus``; only a task with its own data (``data.task``) can follow."""
+    from lmfactory import models
+
+    check.choice("tokenizer.kind", (models.get(architecture).tokenizer_kind,))
+    check.positive_int("tokenizer.vocab_size")
+    check.positive_int("tokenizer.min_frequency")
+    _check_source(check, "data.corpus")
+    if _task_kind(check).data_section != "task":
+        raise RecipeError("pretraining", "pretraining: null needs a task with its own data "
+                                         "(data.task), not language-model fine-tuning")
+
+
 def _check_teacher(check: _Checker, recipe: dict, architecture: str, objective) -> None:
     """A ``teacher`` section (knowledge distillation: architecture, preset, overrides, the
     objective it is pretrained on, and its own ``pretraining`` settings, defaulting to the
@@ -344,7 +358,10 @@ def validate(recipe: dict) -> dict:
     if not isinstance(check.get("overrides"), dict):
         raise RecipeError("overrides", "must be a mapping of backbone arguments")
     init_checkpoint = check.get("pretraining.init_checkpoint", required=False)
-    if init_checkpoint is None:
+    if recipe["pretraining"] is None:  # no pretraining: a fresh backbone, trained on the task
+        _check_vocabulary_data(check, architecture)
+        objective = None
+    elif init_checkpoint is None:
         objective = _check_pretraining_data(check, architecture)
     elif not isinstance(init_checkpoint, str):
         raise RecipeError("pretraining.init_checkpoint", "must be the path of a checkpoint folder")
@@ -356,6 +373,8 @@ def validate(recipe: dict) -> dict:
         objective = None  # the checkpoint's tokenizer and weights replace corpus learning
     _check_teacher(check, recipe, architecture, objective)
     for stage in ("pretraining", "finetuning"):
+        if stage == "pretraining" and recipe[stage] is None:
+            continue
         check.positive_int(f"{stage}.steps")
         check.positive_int(f"{stage}.batch_size")
         check.positive_int(f"{stage}.eval_steps")
