@@ -17,7 +17,7 @@ import yaml
 
 from lmfactory.components import tasks as task_kinds
 from lmfactory.components.example_gen import formats as ingest_formats
-from lmfactory.components.trainer.optimization import DECAYS
+from lmfactory.components.trainer.optimization import DECAYS, OPTIMIZERS
 from lmfactory.components.trainer.strategy import STRATEGIES
 
 RECIPE_SUFFIX = ".yaml"
@@ -30,7 +30,9 @@ RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")
 # 0.1, learning_rate_decay cosine, final_learning_rate_fraction 0.1.
 OPTIMIZER_DEFAULTS = {"adam_beta_1": 0.9, "adam_beta_2": 0.999, "adam_epsilon": 1e-6,
                       "clip_norm": 1.0, "learning_rate_decay": "linear",
-                      "final_learning_rate_fraction": 0.0}
+                      "final_learning_rate_fraction": 0.0,
+                      # "sgd": plain SGD on the same schedule (word2vec.c, Mikolov et al. 2013)
+                      "optimizer": "adamw"}
 
 DEFAULTS = {
     "description": "",
@@ -41,7 +43,8 @@ DEFAULTS = {
     "objective": {"max_seq_length": 128, "masked_lm_prob": 0.15, "max_predictions_per_seq": 20,
                   "short_seq_prob": 0.1, "dupe_factor": 5, "whole_word_masking": False,
                   "dynamic_masking": False, "ngram_masking": 0, "mask_token_rate": 0.8,
-                  "random_token_rate": 0.1, "seed": 12345},
+                  "random_token_rate": 0.1, "seed": 12345,
+                  "window": 5, "subsample_threshold": 1e-3},
     "pretraining": {"steps": 1000, "batch_size": 32, "learning_rate": 1e-4,
                     "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10,
                     **OPTIMIZER_DEFAULTS,
@@ -269,8 +272,24 @@ def _check_pretraining_data(check: _Checker, architecture: str) -> str:
     if check.get("objective.mask_token_rate") + check.get("objective.random_token_rate") > 1:
         raise RecipeError("objective.random_token_rate", "mask_token_rate + random_token_rate "
                                                          "must not exceed 1")
+    check.positive_int("objective.window")
+    check.fraction("objective.subsample_threshold", 0.0, 0.999)
     _check_source(check, "data.corpus")
     return objective
+
+
+def _check_vocabulary_data(check: _Checker, architecture: str) -> None:
+    """A recipe without pretraining (``pretraining: null``) still learns its vocabulary
+    from ``data.corpus``; only a task with its own data (``data.task``) can follow."""
+    from lmfactory import models
+
+    check.choice("tokenizer.kind", (models.get(architecture).tokenizer_kind,))
+    check.positive_int("tokenizer.vocab_size")
+    check.positive_int("tokenizer.min_frequency")
+    _check_source(check, "data.corpus")
+    if _task_kind(check).data_section != "task":
+        raise RecipeError("pretraining", "pretraining: null needs a task with its own data "
+                                         "(data.task), not language-model fine-tuning")
 
 
 def _check_teacher(check: _Checker, recipe: dict, architecture: str, objective) -> None:
@@ -340,7 +359,10 @@ def validate(recipe: dict) -> dict:
     if not isinstance(check.get("overrides"), dict):
         raise RecipeError("overrides", "must be a mapping of backbone arguments")
     init_checkpoint = check.get("pretraining.init_checkpoint", required=False)
-    if init_checkpoint is None:
+    if recipe["pretraining"] is None:  # no pretraining: a fresh backbone, trained on the task
+        _check_vocabulary_data(check, architecture)
+        objective = None
+    elif init_checkpoint is None:
         objective = _check_pretraining_data(check, architecture)
     elif not isinstance(init_checkpoint, str):
         raise RecipeError("pretraining.init_checkpoint", "must be the path of a checkpoint folder")
@@ -353,6 +375,8 @@ def validate(recipe: dict) -> dict:
     _check_teacher(check, recipe, architecture, objective)
     from lmfactory.recipe_lm_finetuning import check_lm_finetuning
     for stage in ("pretraining", "finetuning") + check_lm_finetuning(check, recipe, objective):
+        if stage == "pretraining" and recipe[stage] is None:
+            continue
         check.positive_int(f"{stage}.steps")
         check.positive_int(f"{stage}.batch_size")
         check.positive_int(f"{stage}.eval_steps")
@@ -364,6 +388,10 @@ def validate(recipe: dict) -> dict:
         check.fraction(f"{stage}.adam_epsilon", 1e-12, 1.0)
         check.fraction(f"{stage}.clip_norm", 0.0, 1e9)
         check.choice(f"{stage}.learning_rate_decay", DECAYS)
+        if check.choice(f"{stage}.optimizer", OPTIMIZERS) == "sgd" and (
+                recipe[stage]["weight_decay"] or recipe[stage]["clip_norm"]):
+            raise RecipeError(f"{stage}.optimizer", "sgd is plain SGD: set weight_decay and "
+                                                    "clip_norm to 0")
         check.fraction(f"{stage}.final_learning_rate_fraction", 0.0, 1.0)
         if not isinstance(recipe[stage].get("task_args", {}), dict):
             raise RecipeError(f"{stage}.task_args", "must be a mapping of the task model's "

@@ -3,6 +3,7 @@
 
     CorpusExampleGen -> VocabularyGen -> PretrainingExampleGen -> Pretrainer ─┐
       (or CheckpointImporter: published weights, recipe pretraining.init_checkpoint)
+      (or, with recipe pretraining: null, VocabularyGen -> BackboneInitializer)
       (or, with a recipe teacher: TeacherExampleGen -> TeacherPretrainer -> Distiller;
        task_distillation: TeacherFineTuner -> TaskDistiller replaces FineTuner)
       (lm_finetuning: LMFineTuningExampleGen -> ... -> TargetLMFineTuner, ULMFiT §3.2)
@@ -26,6 +27,7 @@ from lmfactory.components.distiller.component import Distiller
 from lmfactory.components.evaluator.component import LMEvaluator
 from lmfactory.components.example_gen import glue
 from lmfactory.components.example_gen.component import TextExampleGen
+from lmfactory.components.model_init.component import BackboneInitializer
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
 from lmfactory.components.vocabulary.component import VocabularyGen
 from lmfactory.recipe import DEFAULTS, OPTIMIZER_DEFAULTS, beam_pipeline_args
@@ -140,7 +142,7 @@ def _pretraining_stage(recipe: dict):
     """The components that produce the model fine-tuning starts from: learned from the
     corpus (vocabulary, examples, Pretrainer) or imported from a published checkpoint.
     Returns ``(components, model channel, vocabulary channel or None)``."""
-    pretraining = recipe["pretraining"]
+    pretraining = recipe["pretraining"] or {}
     if pretraining.get("init_checkpoint"):
         importer = CheckpointImporter(
             architecture=recipe["architecture"],
@@ -157,6 +159,12 @@ def _pretraining_stage(recipe: dict):
         vocab_size=tokenizer["vocab_size"], lowercase=tokenizer["lowercase"],
         strip_accents=tokenizer["strip_accents"], min_frequency=tokenizer["min_frequency"],
         special_tokens=models.get(recipe["architecture"]).special_tokens)
+    if recipe["pretraining"] is None:  # trained from scratch on the task (e.g. RNNsearch)
+        initializer = BackboneInitializer(
+            vocabulary_gen.outputs["vocabulary"], recipe["architecture"], recipe["preset"],
+            recipe["overrides"], recipe["runtime"]["seed"])
+        return ([corpus_gen, vocabulary_gen, initializer], initializer.outputs["model"],
+                vocabulary_gen.outputs["vocabulary"], None)
     pretraining_gen = _lm_example_gen(recipe, corpus_gen.outputs["examples"],
                                       vocabulary_gen.outputs["vocabulary"])
     components = [corpus_gen, vocabulary_gen, pretraining_gen]

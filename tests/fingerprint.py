@@ -261,7 +261,7 @@ def finetuning_fingerprint(recipe: dict, vocab: int, pretrained, workdir: str, k
     vocab = int(backbone.get_config()["vocabulary_size"])
     config = _trainer_config(recipe, "finetuning")
     labels = None
-    if task == "causal_lm":
+    if task in ("causal_lm", "word_vectors"):  # continued training on the objective
         objective = recipe["objective"]["name"]
         data_config = _data_config(recipe, objective, vocab, kind)
         path = os.path.join(workdir, f"{recipe['name']}-target.gz")

@@ -13,7 +13,7 @@ def _synthetic_value(name: str, spec, rng, vocab: int, length_hint: int):
     if spec.dtype == tf.float32:
         return rng.integers(0, 2, shape).astype("float32") if "weights" in name \
             else rng.random(shape).astype("float32")
-    if name in ("input_mask",):
+    if name in ("input_mask", "context_mask"):
         n = shape[0]
         real = int(rng.integers(n // 2, n + 1))
         return (np.arange(n) < real).astype("int64")

@@ -26,11 +26,10 @@ import dataclasses
 from typing import Iterable, Iterator, List, Optional, Tuple
 
 from lmfactory.components.example_gen import formats
+# The tagging record's features, defined once with their reader (`tagging_dataset`).
+from lmfactory.models.tasks.ner_training import TAGS_FEATURE, TOKENS_FEATURE
 
 CONLL_FORMAT = formats.CONLL_FORMAT
-# The tagging record's features; models/tasks/ner_training.py (`tagging_dataset`) reads them.
-TOKENS_FEATURE = "tokens"
-TAGS_FEATURE = "tags"
 DOCSTART = "-DOCSTART-"
 ON_MALFORMED = ("skip", "raise")
 

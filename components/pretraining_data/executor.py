@@ -154,7 +154,7 @@ class _WriteShard(beam.DoFn):
     def setup(self):
         self._objective = objectives.get(self._config["objective"])
         self._vocabulary_state = self._objective.vocabulary_state(
-            load_tokenizer(self._vocab_dir), read_tokenizer_config(self._vocab_dir))
+            load_tokenizer(self._vocab_dir), _state_config(self._vocab_dir))
 
     def process(self, shard_and_documents, num_shards):
         shard, keyed_documents = shard_and_documents
@@ -262,9 +262,15 @@ def describe_vocabulary(vocab_dir: str, objective: str) -> dict:
                  "vocabulary_size": int(tokenizer.vocabulary_size()),
                  "special_token_ids": special_ids, "vocabulary_dir": VOCABULARY_DIR}
     record = objectives.get(objective)
-    state = record.vocabulary_state(tokenizer, tokenizer_config)
+    state = record.vocabulary_state(tokenizer, _state_config(vocab_dir))
     described.update(record.vocabulary_record(state))
     return described
+
+
+def _state_config(vocab_dir: str) -> dict:
+    """The tokenizer config an objective's ``vocabulary_state`` gets: ``tokenizer.json``
+    plus the folder itself (``registry.VOCABULARY_FOLDER``, e.g. for the word kind's counts)."""
+    return dict(read_tokenizer_config(vocab_dir), **{objectives.VOCABULARY_FOLDER: vocab_dir})
 
 
 def copy_vocabulary(vocab_dir: str, destination: str) -> None:

@@ -50,11 +50,16 @@ DEFAULT_CONFIG = {
     "documents_per_shard": 1000,
     # Upper bound of the documents tokenized by one tokenizer call (beam.BatchElements).
     "tokenize_batch_size": 256,
+    # word2vec windows (word_windows.py): the largest window W (word2vec.c -window 5) and the
+    # subsampling threshold t (Mikolov et al. 2013b §2.3; word2vec.c -sample 1e-3; 0 = off).
+    "window": 5,
+    "subsample_threshold": 1e-3,
 }
 
 # Flags (TFX stores them as 0/1 ints: component.py, executor.config_from_exec_properties).
 BOOL_KEYS = ("whole_word_masking", "dynamic_masking", "reference_nsp_sampling")
-_FLOAT_KEYS = ("short_seq_prob", "masked_lm_prob", "mask_token_rate", "random_token_rate")
+_FLOAT_KEYS = ("short_seq_prob", "masked_lm_prob", "mask_token_rate", "random_token_rate",
+               "subsample_threshold")
 
 
 def resolve_config(config: dict | None) -> dict:

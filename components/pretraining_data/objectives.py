@@ -15,9 +15,10 @@ targets: the model generates and is evaluated by perplexity), instead of compari
 
 from lmfactory.components.pretraining_data import (  # noqa: F401  (register their objectives)
     albert_mlm_sop, bert_mlm_nsp, causal_lm, full_sentences)
+from lmfactory.components.pretraining_data import word_windows  # noqa: F401  (skipgram, cbow)
 from lmfactory.components.pretraining_data.registry import (
-    DOCUMENT_FORMATS, SENTENCES, STREAM, Objective, get, names, register, registered,
-    unregister)
+    DOCUMENT_FORMATS, SENTENCES, STREAM, VOCABULARY_FOLDER, Objective, get, names, register,
+    registered, unregister)
 
-__all__ = ["DOCUMENT_FORMATS", "Objective", "SENTENCES", "STREAM", "get", "names", "register",
-           "registered", "unregister"]
+__all__ = ["DOCUMENT_FORMATS", "Objective", "SENTENCES", "STREAM", "VOCABULARY_FOLDER", "get",
+           "names", "register", "registered", "unregister"]

@@ -27,6 +27,8 @@ from lmfactory.models.named_registry import NamedRegistry
 SENTENCES = "sentences"
 STREAM = "stream"
 DOCUMENT_FORMATS = (SENTENCES, STREAM)
+# The key of the vocabulary folder's path in the tokenizer config ``vocabulary_state`` gets.
+VOCABULARY_FOLDER = "vocabulary_folder"
 
 
 def _no_checks(config: dict) -> None:
@@ -46,7 +48,8 @@ class Objective:
         name: registry key, the ``objective`` of the generation config (CONTRACTS §3).
         document: how a corpus document is tokenized for it, one of ``DOCUMENT_FORMATS``
             (``SENTENCES``: a list of token-id sentences; ``STREAM``: one token-id array).
-        vocabulary_state: ``fn(tokenizer, tokenizer_config) -> state``: what building
+        vocabulary_state: ``fn(tokenizer, tokenizer_config) -> state`` (the config holds
+            the folder's path under ``VOCABULARY_FOLDER`` too): what building
             examples needs from the vocabulary (e.g. the masking ids, the end-of-text id),
             built once per Beam worker in ``executor._WriteShard.setup``; raises
             ``ValueError`` when the vocabulary lacks a token the objective needs

@@ -19,11 +19,12 @@ on task names:
 
 Kinds: ``classification`` and ``regression`` (classification.py), ``language_model``
 (language_model.py: pretraining, and the recipe task ``causal_lm``), ``tagging``,
-``span_qa``, ``multiple_choice``.
+``span_qa``, ``multiple_choice``, ``word_vectors`` (continued word-vector training, vectors
+served; it also exports the Pretrainer's models of its objectives, `serving_kind`).
 """
 
 from lmfactory.components.tasks.registry import (  # noqa: F401
-    TaskKind, for_recipe, get, names, recipe_tasks, register, unregister)
+    TaskKind, for_recipe, get, names, recipe_tasks, register, serving_kind, unregister)
 
 # Each module registers its kind(s).
 from lmfactory.components.tasks import classification  # noqa: E402,F401  isort:skip
@@ -31,6 +32,8 @@ from lmfactory.components.tasks import language_model  # noqa: E402,F401  isort:
 from lmfactory.components.tasks import tagging  # noqa: E402,F401  isort:skip
 from lmfactory.components.tasks import span_qa  # noqa: E402,F401  isort:skip
 from lmfactory.components.tasks import multiple_choice  # noqa: E402,F401  isort:skip
+from lmfactory.components.tasks import word_vectors  # noqa: E402,F401  isort:skip
+from lmfactory.components.tasks import translation  # noqa: E402,F401  isort:skip
 
 __all__ = ["TaskKind", "for_recipe", "get", "names", "recipe_tasks", "register",
-           "unregister"]
+           "serving_kind", "unregister"]

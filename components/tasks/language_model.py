@@ -7,9 +7,11 @@ training of a pretrained decoder on a target corpus.
 A model trained on a causal objective (left-to-right next-token targets) is exported as a
 generator (``serving_default`` with sampling inputs, and ``generate_default``) and
 evaluated by perplexity (and bits per character on a byte vocabulary) on held-out records;
-any other language model, and a bare imported backbone (kind ``encoder``), is exported as an
-encoder (``serving_default(text) ->
-pooled_output, sequence_output``) and has no evaluation of its own.
+a model of an objective another kind owns (`registry.serving_kind`, e.g. ``skipgram`` /
+``cbow`` -> ``word_vectors``) is exported and evaluated by that kind; any other language
+model, and a bare imported backbone (kind ``encoder``), is exported as an encoder
+(``serving_default(text) -> pooled_output, sequence_output``) and has no evaluation of its
+own.
 """
 
 from __future__ import annotations
@@ -62,6 +64,15 @@ def _schedule_args(task_cls, task_args: dict, train_steps: int) -> dict:
     return dict(task_args)
 
 
+def _corpus_args(task_cls, data_config: dict) -> dict:
+    """``token_counts`` (the corpus count of each id, recorded by the objective, e.g. for a
+    negative-sampling noise distribution) for a task model that takes them."""
+    if "token_counts" in inspect.signature(task_cls.__init__).parameters \
+            and "token_counts" in data_config:
+        return {"token_counts": data_config["token_counts"]}
+    return {}
+
+
 def _distiller(context, task_cls, vocabulary_size: int):
     """A distillation task model: a fresh student (this recipe's architecture and preset)
     taught by the trained task model of the teacher Model artifact (any architecture; e.g. a
@@ -98,7 +109,8 @@ def train(context) -> dict:
         else:
             backbone = context.backbone(vocabulary_size)
             task_model = task_cls(backbone, **_schedule_args(task_cls, config.task_args,
-                                                             fn_args.train_steps))
+                                                             fn_args.train_steps),
+                                  **_corpus_args(task_cls, data_config))
         task_model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
     batch = dict(batch_size=config.batch_size, seed=config.seed)
     train_data = pretraining_features.make_dataset(
@@ -119,8 +131,12 @@ def export(task_model, preprocessor, vocab_dir: str, model_config: dict,
     from lmfactory.components.trainer.serving import EncoderServing, save_serving_module
     from lmfactory.models.classifier_preprocessor import classifier_preprocessor
 
-    del preprocessor
     task = model_config["task"]
+    owner = registry.serving_kind(task.get("objective"))
+    if owner is not None:  # e.g. word vectors: served as the owning kind serves them
+        owner.export(task_model, preprocessor, vocab_dir, model_config, export_dir)
+        return
+    del preprocessor
     if is_causal(task.get("objective")):
         export_generator(task_model, vocab_dir, model_config, export_dir)
         return
@@ -132,6 +148,9 @@ def export(task_model, preprocessor, vocab_dir: str, model_config: dict,
 
 
 def evaluate(model_uri: str, file_pattern: str, task: dict, config: dict) -> dict:
+    owner = registry.serving_kind(task.get("objective"))
+    if owner is not None:
+        return owner.evaluate(model_uri, file_pattern, task, config)
     if not is_causal(task.get("objective")):
         raise ValueError(f"No evaluation defined for task {task}")
     return evaluate_language_model(model_uri, file_pattern, config.get("batch_size", 16),

@@ -29,6 +29,9 @@ class TaskKind:
     finetuning_defaults: tuple = ()  # (key, value) pairs
     # The task record fields the Trainer needs (checked by TrainerConfig).
     required_record_keys: tuple = ("kind", "sequence_length")
+    # Pretraining objectives whose trained models this kind exports and evaluates (the
+    # Pretrainer's `language_model` record defers to it, see `serving_kind`).
+    objectives: tuple = ()
 
     @property
     def recipe_name(self) -> str:
@@ -88,6 +91,15 @@ unregister = _KINDS.unregister
 registered = _KINDS.registered
 get = _KINDS.get  # the kind of a task record (``task["kind"]``)
 names = _KINDS.names
+
+
+def serving_kind(objective: str | None) -> Optional[TaskKind]:
+    """The kind that exports and evaluates models trained on ``objective`` (e.g.
+    ``word_vectors`` for ``skipgram`` / ``cbow``), or None."""
+    for kind in _KINDS.records():
+        if objective and objective in kind.objectives:
+            return kind
+    return None
 
 
 def for_recipe(task: str) -> TaskKind:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from lmfactory.components.trainer.optimization import DECAYS
+from lmfactory.components.trainer.optimization import DECAYS, OPTIMIZERS
 from lmfactory.components.trainer.strategy import STRATEGIES
 
 
@@ -26,6 +26,7 @@ class TrainerConfig:
     adam_epsilon: float = 1e-6
     learning_rate_decay: str = "linear"
     final_learning_rate_fraction: float = 0.0
+    optimizer: str = "adamw"  # or "sgd" (optimization.py)
     strategy: str = "auto"
     tpu: str | None = None
     jit_compile: bool = False
@@ -69,6 +70,8 @@ class TrainerConfig:
         if self.learning_rate_decay not in DECAYS:
             raise ValueError(f"learning_rate_decay must be one of {DECAYS}, got "
                              f"{self.learning_rate_decay!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if not 0 <= self.final_learning_rate_fraction <= 1:
             raise ValueError(f"final_learning_rate_fraction must be in [0, 1], got "
                              f"{self.final_learning_rate_fraction}")

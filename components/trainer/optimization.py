@@ -18,6 +18,9 @@ import keras
 import tensorflow as tf
 
 DECAYS = ("linear", "cosine")
+# "sgd": plain SGD (no momentum, weight decay or clipping) on the same schedule: word2vec.c's
+# optimiser (Mikolov et al. 2013).
+OPTIMIZERS = ("adamw", "sgd")
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -101,7 +104,8 @@ class AdamW(keras.optimizers.AdamW):
 def make_optimizer(learning_rate: float, total_steps: int, warmup_fraction: float = 0.1,
                    weight_decay: float = 0.01, clip_norm: float = 1.0,
                    beta_2: float = 0.999, epsilon: float = 1e-6, beta_1: float = 0.9,
-                   decay: str = "linear", final_learning_rate_fraction: float = 0.0) -> AdamW:
+                   decay: str = "linear", final_learning_rate_fraction: float = 0.0,
+                   optimizer: str = "adamw"):
     if decay not in DECAYS:
         raise ValueError(f"decay must be one of {DECAYS}, got {decay!r}")
     if not 0.0 <= final_learning_rate_fraction <= 1.0:
@@ -110,6 +114,13 @@ def make_optimizer(learning_rate: float, total_steps: int, warmup_fraction: floa
     schedule_cls = WarmupCosineDecay if decay == "cosine" else WarmupLinearDecay
     schedule = schedule_cls(learning_rate, int(total_steps * warmup_fraction), total_steps,
                             final_learning_rate_fraction)
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    if optimizer == "sgd":
+        if weight_decay or clip_norm:
+            raise ValueError(f"optimizer 'sgd' is plain SGD: set weight_decay and clip_norm to "
+                             f"0, got {weight_decay} and {clip_norm}")
+        return keras.optimizers.SGD(learning_rate=schedule)
     optimizer = AdamW(
         learning_rate=schedule, weight_decay=weight_decay, beta_1=beta_1, beta_2=beta_2,
         epsilon=epsilon, clip_global_norm=clip_norm)

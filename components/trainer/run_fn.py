@@ -53,10 +53,10 @@ def run_fn(fn_args) -> None:
     keras.utils.set_random_seed(config.seed)
     examples_uri = examples_uri_of(fn_args.train_files[0])
     strategy = make_strategy(config.strategy, config.tpu)
-    if tf.io.gfile.exists(os.path.join(examples_uri, PRETRAINING_CONFIG)):
-        kind = task_kinds.get(LANGUAGE_MODEL)
-    else:
-        kind = task_kinds.get((config.task or {}).get("kind", "classification"))
+    task_kind = (config.task or {}).get("kind")  # a task record's kind wins (word_vectors)
+    if task_kind is None and tf.io.gfile.exists(os.path.join(examples_uri, PRETRAINING_CONFIG)):
+        task_kind = LANGUAGE_MODEL
+    kind = task_kinds.get(task_kind or "classification")
     trained = kind.train(StageContext(fn_args, config, strategy, examples_uri))
     _write_outputs(fn_args, config, **trained)
 
@@ -131,7 +131,8 @@ def _optimizer(config, total_steps: int):
         config.learning_rate, total_steps, config.warmup_fraction, config.weight_decay,
         config.clip_norm, beta_1=config.adam_beta_1, beta_2=config.adam_beta_2,
         epsilon=config.adam_epsilon, decay=config.learning_rate_decay,
-        final_learning_rate_fraction=config.final_learning_rate_fraction)
+        final_learning_rate_fraction=config.final_learning_rate_fraction,
+        optimizer=config.optimizer)
 
 
 def _checkpoint_dir(fn_args, config) -> str:

@@ -14,7 +14,7 @@ from lmfactory.models.classifier_preprocessor import select_inputs
 from lmfactory.models.tasks.token_classification_preprocessor import word_predictions
 
 # The features of a tagging record: bytes lists of equal length, one entry per token
-# (written by ``components/example_gen/conll.py``, which defines the same names).
+# (written by ``components/example_gen/conll.py``, which imports these names).
 TOKENS_FEATURE = "tokens"
 TAGS_FEATURE = "tags"
 EXAMPLE_SPEC = {TOKENS_FEATURE: tf.io.RaggedFeature(tf.string),
