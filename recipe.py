@@ -19,6 +19,7 @@ from lmfactory.components import tasks as task_kinds
 from lmfactory.components.example_gen import formats as ingest_formats
 from lmfactory.components.trainer.optimization import DECAYS, OPTIMIZERS
 from lmfactory.components.trainer.strategy import STRATEGIES
+from lmfactory.recipe_lm_finetuning import check_lm_finetuning
 
 RECIPE_SUFFIX = ".yaml"
 FORMATS = ingest_formats.ALL_FORMATS  # text, tsv, csv, jsonl, tfds and the task formats
@@ -373,7 +374,6 @@ def validate(recipe: dict) -> dict:
     else:
         objective = None  # the checkpoint's tokenizer and weights replace corpus learning
     _check_teacher(check, recipe, architecture, objective)
-    from lmfactory.recipe_lm_finetuning import check_lm_finetuning
     for stage in ("pretraining", "finetuning") + check_lm_finetuning(check, recipe, objective):
         if stage == "pretraining" and recipe[stage] is None:
             continue
