@@ -19,6 +19,7 @@ from lmfactory.components import tasks as task_kinds
 from lmfactory.components.example_gen import formats as ingest_formats
 from lmfactory.components.trainer.optimization import DECAYS, OPTIMIZERS
 from lmfactory.components.trainer.strategy import STRATEGIES
+from lmfactory.recipe_lm_finetuning import check_lm_finetuning
 
 RECIPE_SUFFIX = ".yaml"
 FORMATS = ingest_formats.ALL_FORMATS  # text, tsv, csv, jsonl, tfds and the task formats
@@ -53,6 +54,7 @@ DEFAULTS = {
                    "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10,
                    **OPTIMIZER_DEFAULTS, "task_args": {},
                    "sequence_length": 128, "text_features": ["sentence"], "num_classes": 2},
+    "lm_finetuning": None,  # optional target-task LM fine-tuning stage (recipe_lm_finetuning)
     "evaluation": {"threshold": None, "batch_size": 64, "max_batches": None},
     "serving": {"generation": {"max_length": 64, "sampler": "top_k", "k": 10,
                                "temperature": 1.0}},
@@ -277,6 +279,20 @@ def _check_pretraining_data(check: _Checker, architecture: str) -> str:
     return objective
 
 
+def _check_vocabulary_data(check: _Checker, architecture: str) -> None:
+    """A recipe without pretraining (``pretraining: null``) still learns its vocabulary
+    from ``data.corpus``; only a task with its own data (``data.task``) can follow."""
+    from lmfactory import models
+
+    check.choice("tokenizer.kind", (models.get(architecture).tokenizer_kind,))
+    check.positive_int("tokenizer.vocab_size")
+    check.positive_int("tokenizer.min_frequency")
+    _check_source(check, "data.corpus")
+    if _task_kind(check).data_section != "task":
+        raise RecipeError("pretraining", "pretraining: null needs a task with its own data "
+                                         "(data.task), not language-model fine-tuning")
+
+
 def _check_teacher(check: _Checker, recipe: dict, architecture: str, objective) -> None:
     """A ``teacher`` section (knowledge distillation: architecture, preset, overrides, the
     objective it is pretrained on, and its own ``pretraining`` settings, defaulting to the
@@ -344,7 +360,10 @@ def validate(recipe: dict) -> dict:
     if not isinstance(check.get("overrides"), dict):
         raise RecipeError("overrides", "must be a mapping of backbone arguments")
     init_checkpoint = check.get("pretraining.init_checkpoint", required=False)
-    if init_checkpoint is None:
+    if recipe["pretraining"] is None:  # no pretraining: a fresh backbone, trained on the task
+        _check_vocabulary_data(check, architecture)
+        objective = None
+    elif init_checkpoint is None:
         objective = _check_pretraining_data(check, architecture)
     elif not isinstance(init_checkpoint, str):
         raise RecipeError("pretraining.init_checkpoint", "must be the path of a checkpoint folder")
@@ -355,7 +374,9 @@ def validate(recipe: dict) -> dict:
     else:
         objective = None  # the checkpoint's tokenizer and weights replace corpus learning
     _check_teacher(check, recipe, architecture, objective)
-    for stage in ("pretraining", "finetuning"):
+    for stage in ("pretraining", "finetuning") + check_lm_finetuning(check, recipe, objective):
+        if stage == "pretraining" and recipe[stage] is None:
+            continue
         check.positive_int(f"{stage}.steps")
         check.positive_int(f"{stage}.batch_size")
         check.positive_int(f"{stage}.eval_steps")

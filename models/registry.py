@@ -131,7 +131,7 @@ class Architecture:
                              f"{_tokenizer_kinds()}, got {self.tokenizer_kind!r}")
         if not self.presets:
             raise ValueError(f"Architecture {self.name!r} has no presets")
-        if not self.pretrainers:
+        if not self.pretrainers and not self.heads:  # no pretraining: trained by a head
             raise ValueError(f"Architecture {self.name!r} has no pretraining objective")
         if self.segment_layout not in SEGMENT_LAYOUTS:
             raise ValueError(f"Architecture {self.name!r}: segment_layout must be one of "

@@ -3,8 +3,10 @@
 
     CorpusExampleGen -> VocabularyGen -> PretrainingExampleGen -> Pretrainer ─┐
       (or CheckpointImporter: published weights, recipe pretraining.init_checkpoint)
+      (or, with recipe pretraining: null, VocabularyGen -> BackboneInitializer)
       (or, with a recipe teacher: TeacherExampleGen -> TeacherPretrainer -> Distiller;
        task_distillation: TeacherFineTuner -> TaskDistiller replaces FineTuner)
+      (lm_finetuning: LMFineTuningExampleGen -> ... -> TargetLMFineTuner, ULMFiT §3.2)
     TaskExampleGen (classification, regression, GLUE presets; tagging, span_qa,
       multiple_choice: CoNLL / SQuAD / CommonsenseQA / SWAG files) ─────────── FineTuner
       or TargetExampleGen -> TargetLMExampleGen (causal LM fine-tuning) ──────┘    │
@@ -25,6 +27,7 @@ from lmfactory.components.distiller.component import Distiller
 from lmfactory.components.evaluator.component import LMEvaluator
 from lmfactory.components.example_gen import glue
 from lmfactory.components.example_gen.component import TextExampleGen
+from lmfactory.components.model_init.component import BackboneInitializer
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
 from lmfactory.components.vocabulary.component import VocabularyGen
 from lmfactory.recipe import DEFAULTS, OPTIMIZER_DEFAULTS, beam_pipeline_args
@@ -139,7 +142,7 @@ def _pretraining_stage(recipe: dict):
     """The components that produce the model fine-tuning starts from: learned from the
     corpus (vocabulary, examples, Pretrainer) or imported from a published checkpoint.
     Returns ``(components, model channel, vocabulary channel or None)``."""
-    pretraining = recipe["pretraining"]
+    pretraining = recipe["pretraining"] or {}
     if pretraining.get("init_checkpoint"):
         importer = CheckpointImporter(
             architecture=recipe["architecture"],
@@ -156,6 +159,12 @@ def _pretraining_stage(recipe: dict):
         vocab_size=tokenizer["vocab_size"], lowercase=tokenizer["lowercase"],
         strip_accents=tokenizer["strip_accents"], min_frequency=tokenizer["min_frequency"],
         special_tokens=models.get(recipe["architecture"]).special_tokens)
+    if recipe["pretraining"] is None:  # trained from scratch on the task (e.g. RNNsearch)
+        initializer = BackboneInitializer(
+            vocabulary_gen.outputs["vocabulary"], recipe["architecture"], recipe["preset"],
+            recipe["overrides"], recipe["runtime"]["seed"])
+        return ([corpus_gen, vocabulary_gen, initializer], initializer.outputs["model"],
+                vocabulary_gen.outputs["vocabulary"], None)
     pretraining_gen = _lm_example_gen(recipe, corpus_gen.outputs["examples"],
                                       vocabulary_gen.outputs["vocabulary"])
     components = [corpus_gen, vocabulary_gen, pretraining_gen]
@@ -184,8 +193,24 @@ def _teacher_stage(recipe: dict, corpus, vocabulary) -> list:
     return [examples, trainer]
 
 
+def _target_lm_stage(recipe: dict, vocabulary, pretrained_model) -> list:
+    """ULMFiT §3.2: the pretrained LM fine-tuned on the target task's text
+    (``data.target_corpus``) with the ``lm_finetuning`` settings before the task fine-tuning;
+    the FineTuner starts from the last component's model."""
+    target_gen = TextExampleGen(input_config=_absolute_paths(recipe["data"]["target_corpus"])
+                                ).with_id("LMFineTuningExampleGen")
+    target_lm_gen = _lm_example_gen(recipe, target_gen.outputs["examples"], vocabulary
+                                    ).with_id("LMFineTuningLMExampleGen")
+    return [target_gen, target_lm_gen, _trainer(
+        recipe, "lm_finetuning", target_lm_gen.outputs["pretraining_examples"],
+        base_model=pretrained_model).with_id("TargetLMFineTuner")]
+
+
 def create_components(recipe: dict, serving_dir: str) -> list:
     components, pretrained_model, vocabulary, teacher = _pretraining_stage(recipe)
+    if recipe.get("lm_finetuning"):
+        components += _target_lm_stage(recipe, vocabulary, pretrained_model)
+        pretrained_model = components[-1].outputs["model"]
     task = task_record(recipe)
     if task_kinds.for_recipe(recipe["finetuning"]["task"]).data_section == "task":
         task_gen = TextExampleGen(

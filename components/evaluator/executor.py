@@ -86,14 +86,16 @@ def write_report(outcome: dict, evaluation_dir: str, model_uri: str | None = Non
     curve = load_curve(os.path.join(model_uri, "keras", TRAINING_CURVE)) if model_uri else None
     metrics = dict(outcome["metrics"])
     confusion = metrics.pop(CONFUSION_KEY, None)
+    attention = metrics.pop(report_lib.ATTENTION_KEY, None)
     shown = dict(outcome, metrics=metrics)
     if shown.get("baseline_metrics"):
         shown["baseline_metrics"] = {name: value for name, value in
-                                     shown["baseline_metrics"].items() if name != CONFUSION_KEY}
+                                     shown["baseline_metrics"].items()
+                                     if name not in (CONFUSION_KEY, report_lib.ATTENTION_KEY)}
     return report_lib.write_report(
         shown, evaluation_dir, curve=curve,
         confusion=np.array(confusion["matrix"]) if confusion else None,
-        class_names=confusion["labels"] if confusion else None)
+        class_names=confusion["labels"] if confusion else None, attention=attention)
 
 
 class Executor(base_executor.BaseExecutor):

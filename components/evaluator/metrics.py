@@ -11,6 +11,7 @@ METRICS = {"accuracy": True, "f1": True, "macro_f1": True, "matthews_corrcoef": 
            "pearson": True, "spearman": True, "mse": False, "perplexity": False,
            "bits_per_character": False, "entity_f1": True, "entity_precision": True,
            "entity_recall": True, "exact_match": True,
+           "bleu": True,  # sacreBLEU corpus BLEU (components/tasks/translation.py)
            # word vectors (components/tasks/word_vectors.py)
            "sgns_loss": False, "analogy_accuracy": True, "similarity_spearman": True}
 # The metrics of each fine-tuning task kind (evaluation.metric must be one of its kind's).

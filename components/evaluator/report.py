@@ -24,6 +24,10 @@ import tensorflow as tf
 
 # Where a task's metrics hold its confusion matrix: {"labels": [...], "matrix": [[...]]}.
 CONFUSION_KEY = "confusion_matrix"
+# A translation model's attention weights of one sentence (components/tasks/translation.py):
+# {"source": [words], "target": [words], "weights": [target x source]}, drawn as a heat map.
+ATTENTION_KEY = "attention_heatmap"
+ATTENTION_PNG = "attention_heatmap.png"
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -151,6 +155,28 @@ def _confusion_matrix_png(matrix, class_names) -> bytes:
     return _png(figure)
 
 
+def _attention_png(heatmap: dict) -> bytes:
+    """The attention weights as a grey-scale grid, source words across, target words down
+    (Bahdanau et al. 2015, Figure 3)."""
+    from matplotlib.figure import Figure
+
+    weights = np.asarray(heatmap["weights"], dtype=float).reshape(
+        len(heatmap["target"]), len(heatmap["source"]))
+    figure = Figure(figsize=(1.0 + 0.45 * weights.shape[1], 1.0 + 0.45 * weights.shape[0]))
+    axes = figure.add_subplot(1, 1, 1)
+    axes.imshow(weights, cmap="gray", vmin=0.0, vmax=1.0)
+    axes.set_xticks(range(weights.shape[1]), heatmap["source"], rotation=90)
+    axes.set_yticks(range(weights.shape[0]), heatmap["target"])
+    axes.xaxis.tick_top()
+    figure.tight_layout()
+    return _png(figure)
+
+
+def plot_attention(heatmap: dict, path: str) -> None:
+    """Writes the attention heat map (``ATTENTION_KEY`` data) as a PNG file."""
+    _write_bytes(_attention_png(heatmap), path)
+
+
 def plot_confusion_matrix(matrix, class_names, path: str) -> None:
     """Writes a PNG heatmap of ``matrix`` (rows true, columns predicted) with each count
     written in its cell."""
@@ -205,7 +231,7 @@ def _nested_table(value):
     return None
 
 
-def _blocks(outcome: dict, curve, confusion, class_names) -> list[tuple]:
+def _blocks(outcome: dict, curve, confusion, class_names, attention=None) -> list[tuple]:
     """The report as blocks: ("h", level, text), ("p", text), ("verdict", verdict, reason),
     ("table", header, rows), ("code", text), ("image", alt, file name)."""
     task = outcome.get("task")
@@ -260,6 +286,12 @@ def _blocks(outcome: dict, curve, confusion, class_names) -> list[tuple]:
                        [[names[i]] + [str(int(c)) for c in row]
                         for i, row in enumerate(np.asarray(confusion))]))
         blocks.append(("image", "confusion matrix", CONFUSION_MATRIX_PNG))
+
+    if attention is not None:
+        blocks.append(("h", 2, "Attention"))
+        blocks.append(("p", "Attention weights of one translation: source words across, "
+                            "target words down (white = 1)."))
+        blocks.append(("image", "attention heat map", ATTENTION_PNG))
 
     if curve is not None:
         blocks.append(("h", 2, "Training curve"))
@@ -342,7 +374,7 @@ def _html(blocks: list[tuple], images: dict[str, bytes]) -> str:
 
 def write_report(outcome: dict, evaluation_dir: str, curve: dict | None = None,
                  confusion: np.ndarray | None = None,
-                 class_names: list[str] | None = None) -> dict:
+                 class_names: list[str] | None = None, attention: dict | None = None) -> dict:
     """Writes ``report.md`` and ``report.html`` (and ``training_curve.png`` /
     ``confusion_matrix.png`` when a curve / confusion matrix is given) into
     ``evaluation_dir``.
@@ -354,6 +386,8 @@ def write_report(outcome: dict, evaluation_dir: str, curve: dict | None = None,
         curve: the Trainer's training curve, ``{"steps": [...], "metrics": {...}}``.
         confusion: ``[true, predicted]`` counts (``confusion_matrix``).
         class_names: the name of each class, in class-id order (default: the ids).
+        attention: a translation's attention weights (``ATTENTION_KEY``), drawn as
+            ``attention_heatmap.png``.
 
     Returns:
         ``{file name: path}`` of every file written.
@@ -366,7 +400,9 @@ def write_report(outcome: dict, evaluation_dir: str, curve: dict | None = None,
         images[CONFUSION_MATRIX_PNG] = _confusion_matrix_png(confusion, class_names)
     if curve is not None:
         images[TRAINING_CURVE_PNG] = _training_curve_png(curve)
-    blocks = _blocks(outcome, curve, confusion, class_names)
+    if attention is not None:
+        images[ATTENTION_PNG] = _attention_png(attention)
+    blocks = _blocks(outcome, curve, confusion, class_names, attention)
     written = {}
     for name, data in images.items():
         written[name] = os.path.join(evaluation_dir, name)

@@ -15,7 +15,7 @@ from apache_beam.transforms import window
 from apache_beam.utils import windowed_value
 from tensorflow.core.example import example_pb2
 
-from lmfactory.components.example_gen import conll, formats, multiple_choice, squad
+from lmfactory.components.example_gen import conll, formats, multiple_choice, parallel, squad
 from lmfactory.components.example_gen.counts import (METRICS_NAMESPACE, merge_split_counts,
                                                      parse_step_label, write_json_file)
 from lmfactory.components.example_gen.ingest_config import (EVAL_SPLIT, TRAIN_SPLIT,
@@ -69,6 +69,13 @@ def whole_file_records(path: str, options: formats.FormatOptions) -> Iterator[Ra
             else:
                 yield RawRecord(path, squad.to_tf_example(entry).SerializeToString(),
                                 partition_key=entry.title.encode("utf-8"))
+        return
+    if options.format == formats.PARALLEL_FORMAT:
+        for example in parallel.iter_examples(path, options):
+            if isinstance(example, formats.BadRecord):
+                yield RawRecord(path, None, bad=f"{example.reason}: {example.detail}")
+            else:
+                yield RawRecord(path, example.SerializeToString())
         return
     data = multiple_choice.read_multiple_choice(path, format=options.format,
                                                 require_labels=True)

@@ -2,14 +2,15 @@
 Task split): one class per file, each taking ``backbone`` and returning the task's outputs.
 
 Importing the package registers every task class and preprocessing layer with Keras, so a
-saved ``model.keras`` of any task loads, and registers them as the encoder family's default
-heads (``heads.py``)."""
+saved ``model.keras`` of any task loads, and registers them as their families' default heads
+(``heads.py``: the encoders'; ``seq2seq_lm.py``: the encoder-decoders' ``seq2seq_lm``)."""
 
 from lmfactory.models.tasks.feature_based_tagger import FeatureBasedTagger
 from lmfactory.models.tasks.fold_choices import FoldChoices
 from lmfactory.models.tasks.heads import tagger
 from lmfactory.models.tasks.multiple_choice import MultipleChoice
 from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
+from lmfactory.models.tasks.seq2seq_lm import Seq2SeqLM
 from lmfactory.models.tasks.span_extractor import SpanExtractor
 from lmfactory.models.tasks.span_preprocessor import SpanPreprocessor
 from lmfactory.models.tasks.token_classification_preprocessor import (
@@ -17,5 +18,5 @@ from lmfactory.models.tasks.token_classification_preprocessor import (
 from lmfactory.models.tasks.token_classifier import TokenClassifier
 
 __all__ = ["FeatureBasedTagger", "FoldChoices", "MultipleChoice", "MultipleChoicePreprocessor",
-           "SpanExtractor", "SpanPreprocessor", "TokenClassificationPreprocessor",
+           "Seq2SeqLM", "SpanExtractor", "SpanPreprocessor", "TokenClassificationPreprocessor",
            "TokenClassifier", "tagger"]

@@ -1,0 +1,55 @@
+"""Executor of BackboneInitializer: a plain function plus a thin TFX executor around it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import keras
+import tensorflow as tf
+from tfx.dsl.components.base import base_executor
+from tfx.types import artifact_utils
+
+from lmfactory import models
+from lmfactory.components.trainer.model_artifact import (BACKBONE_WEIGHTS, MODEL_CONFIG,
+                                                         VOCABULARY_DIR, copy_dir,
+                                                         keras_dir_of)
+from lmfactory.models.tokenizers import load_tokenizer
+
+VOCABULARY_KEY = "vocabulary"
+MODEL_KEY = "model"
+
+
+def initialize_backbone(architecture: str, preset: str, overrides: dict, vocab_dir: str,
+                        model_uri: str, seed: int = 0) -> dict:
+    """Writes the ``keras/`` folder of a Model artifact (CONTRACTS §4: backbone weights,
+    ``model_config.json``, vocabulary) holding a fresh ``architecture`` backbone of
+    ``preset`` sized to the vocabulary, for the FineTuner to start from. It has no trained
+    task model and no serving SavedModel: it is never evaluated or pushed."""
+    keras.utils.set_random_seed(seed)
+    vocabulary_size = load_tokenizer(vocab_dir).vocabulary_size()
+    backbone = models.build(architecture, preset,
+                            **{**overrides, "vocabulary_size": vocabulary_size})
+    keras_dir = keras_dir_of(model_uri)
+    tf.io.gfile.makedirs(keras_dir)
+    backbone.save_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
+    copy_dir(vocab_dir, os.path.join(keras_dir, VOCABULARY_DIR))
+    model_config = {"architecture": architecture, "preset": preset,
+                    "backbone_config": backbone.get_config(),
+                    "task": {"kind": "initialization"}, "train_metrics": {},
+                    "generation": {}}
+    with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG), "w") as f:
+        json.dump(model_config, f, indent=2, sort_keys=True)
+    logging.info("Initialised a %s %s backbone (%d parameters, %d tokens)", architecture,
+                 preset, backbone.count_params(), vocabulary_size)
+    return model_config
+
+
+class Executor(base_executor.BaseExecutor):
+    def Do(self, input_dict, output_dict, exec_properties):
+        vocabulary = artifact_utils.get_single_instance(input_dict[VOCABULARY_KEY])
+        model = artifact_utils.get_single_instance(output_dict[MODEL_KEY])
+        initialize_backbone(exec_properties["architecture"], exec_properties["preset"],
+                            json.loads(exec_properties.get("overrides") or "{}"),
+                            vocabulary.uri, model.uri, int(exec_properties.get("seed") or 0))
