@@ -399,3 +399,34 @@ def test_target_lm_fine_tuning_uses_discriminative_rates_and_stlr():
     for group, scale in enumerate(discriminative_scales(3)):
         largest = max(np.abs(b - a).max() for b, a in zip(before[group], after[group]))
         np.testing.assert_allclose(largest, learning_rate / 32 * scale, rtol=0.02)
+
+
+def test_continued_lm_training_carries_the_output_bias(monkeypatch):
+    """Continued training of the same objective (ULMFiT's target-task LM fine-tuning, a
+    causal LM's second stage) starts from the whole trained task model: the output bias,
+    which lives on the task model and not the backbone, carries over; a base model of
+    another objective leaves it fresh."""
+    from types import SimpleNamespace
+
+    from lmfactory.components.tasks import language_model
+    from lmfactory.components.trainer import model_artifact
+
+    keras.utils.set_random_seed(3)
+    trained = AwdLstmCausalLM(tiny_backbone())
+    trained.output_bias.assign(np.linspace(-1.0, 1.0, trained.output_bias.shape[0]))
+    fresh = AwdLstmCausalLM(tiny_backbone())
+    base_task = {"objective": "causal_lm"}
+    monkeypatch.setattr(model_artifact, "read_model_config", lambda path: {"task": base_task})
+    monkeypatch.setattr(model_artifact, "load_task_model", lambda path: trained)
+    context = SimpleNamespace(fn_args=SimpleNamespace(base_model="/base"))
+
+    base_task["objective"] = "mlm"
+    language_model._carry_task_weights(context, fresh, "causal_lm")
+    np.testing.assert_array_equal(np.asarray(fresh.output_bias), 0.0)
+
+    base_task["objective"] = "causal_lm"
+    language_model._carry_task_weights(context, fresh, "causal_lm")
+    np.testing.assert_array_equal(np.asarray(fresh.output_bias),
+                                  np.asarray(trained.output_bias))
+    for mine, theirs in zip(fresh.weights, trained.weights):
+        np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs))

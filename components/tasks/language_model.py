@@ -92,6 +92,31 @@ def _distiller(context, task_cls, vocabulary_size: int):
     return task_cls(student, teacher=teacher, **config.task_args), student
 
 
+def _carry_task_weights(context, task_model, objective: str) -> None:
+    """Continued training on the objective the base model was trained on (a causal LM on a
+    target corpus, ULMFiT's target-task LM fine-tuning): the whole task model carries over,
+    its own weights beyond the backbone's too (e.g. AWD-LSTM's output bias), not only the
+    backbone that ``context.backbone`` restores. A base model trained on another objective,
+    or whose task model differs in class or weights, leaves the task model as built (the
+    backbone restored, the rest fresh) and says so in the log."""
+    from absl import logging
+
+    from lmfactory.components.trainer.model_artifact import load_task_model, read_model_config
+
+    base = context.fn_args.base_model
+    if not base or (read_model_config(base).get("task") or {}).get("objective") != objective:
+        return
+    trained = load_task_model(base)
+    shapes = [tuple(w.shape) for w in task_model.weights]
+    if type(trained) is not type(task_model) or \
+            [tuple(w.shape) for w in trained.weights] != shapes:
+        logging.warning("Continued %s training: the base model's task model (%s) does not "
+                        "match %s; only its backbone is restored", objective,
+                        type(trained).__name__, type(task_model).__name__)
+        return
+    task_model.set_weights(trained.get_weights())
+
+
 def train(context) -> dict:
     """Trains the architecture's task model of the records' objective (with a ``base_model``:
     continued training, e.g. a decoder on a target corpus)."""
@@ -111,6 +136,7 @@ def train(context) -> dict:
             task_model = task_cls(backbone, **_schedule_args(task_cls, config.task_args,
                                                              fn_args.train_steps),
                                   **_corpus_args(task_cls, data_config))
+            _carry_task_weights(context, task_model, data_config["objective"])
         task_model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
     batch = dict(batch_size=config.batch_size, seed=config.seed)
     train_data = pretraining_features.make_dataset(
