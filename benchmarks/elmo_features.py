@@ -26,6 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 SST2_DIR = os.path.join(os.path.dirname(common.REPO), "shared", "data", "glue", "SST-2")
+WNUT17_DIR = os.path.join(os.path.dirname(common.REPO), "shared", "data", "wnut17")
+TAG_LENGTH = 48  # positions of a tagged sentence: <S>, up to 46 words, </S>
 WINDOW = 20
 
 
@@ -115,7 +117,78 @@ def classify(backbone_path, vocabulary_size_args, preprocessor, train, dev, mix,
     return float(accuracy), seconds, mix_weights
 
 
-def run(scales=(1,), out_dir: str = ".", quick: bool = False) -> common.Result:
+def read_conll(path: str, limit: int | None = None):
+    """(lowercased words, tags) per sentence of a WNUT-17 CoNLL file (blank or lone-tab
+    lines separate sentences)."""
+    sentences, words, tags = [], [], []
+    for line in open(path, encoding="utf-8"):
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) == 2 and parts[0].strip():
+            words.append(parts[0].strip().lower())
+            tags.append(parts[1].strip())
+        elif words:
+            sentences.append((words, tags))
+            words, tags = [], []
+    if words:
+        sentences.append((words, tags))
+    return sentences[:limit]
+
+
+def tag(backbone_path, config, preprocessor, train, dev, mix, steps, seed=0):
+    """Entity F1 on ``dev`` of an `ElmoTagger` (frozen biLM from ``backbone_path``) trained
+    ``steps`` steps of 32 on ``train`` (lists of (words, tags)); each word is one position
+    after <S>, longer sentences are cut to `TAG_LENGTH` - 2 words for both gold and
+    predicted tags."""
+    import keras
+    import tensorflow as tf
+
+    from lmfactory.components.evaluator.entity_metrics import entity_scores
+    from lmfactory.models.elmo import ElmoBackbone, ElmoTagger
+
+    labels = sorted({t for _, tags in train for t in tags} | {"O"})
+    label_id = {label: i for i, label in enumerate(labels)}
+    keras.utils.set_random_seed(seed)
+    backbone = ElmoBackbone(**config)
+    backbone.load_weights(backbone_path)
+    model = ElmoTagger(backbone, num_labels=len(labels), mix=mix, word_embedding_dim=64,
+                       lstm_units=64, elmo_dropout=0.5, l2=0.001, dropout=0.2)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    names = list(model.input)
+
+    def features(sentences):
+        packed = preprocessor(tf.constant([" ".join(words) for words, _ in sentences]))
+        x = {name: packed[name].numpy() for name in names}
+        y = np.zeros((len(sentences), TAG_LENGTH), "int32")
+        weight = np.zeros((len(sentences), TAG_LENGTH), "float32")
+        for row, (_, tags) in enumerate(sentences):
+            kept = tags[:TAG_LENGTH - 2]
+            y[row, 1:1 + len(kept)] = [label_id.get(t, label_id["O"]) for t in kept]
+            weight[row, 1:1 + len(kept)] = 1.0
+        return x, y, weight
+
+    x_train, y_train, w_train = features(train)
+    x_dev, _, _ = features(dev)
+    started = time.perf_counter()
+    batches = tf.data.Dataset.from_tensor_slices((x_train, y_train, w_train)).shuffle(
+        len(y_train), seed=seed).repeat().batch(32)
+    model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0)
+    seconds = time.perf_counter() - started
+    logits = model.predict(x_dev, batch_size=128, verbose=0)
+    predicted = logits.argmax(-1)
+    gold, guessed = [], []
+    for row, (_, tags) in enumerate(dev):
+        kept = tags[:TAG_LENGTH - 2]
+        gold.append(list(kept))
+        guessed.append([labels[i] for i in predicted[row, 1:1 + len(kept)]])
+    scores = entity_scores(gold, guessed)
+    weights = [w for w in model.weights if "input_mix" in w.path]
+    mix_weights = {w.path.split("/")[-1]: [round(float(v), 3) for v in np.ravel(w.numpy())]
+                   for w in weights}
+    return float(scores["f1"]), seconds, mix_weights
+
+
+def run(scales=(1,), out_dir: str = ".", quick: bool = False,
+        task: str = "sst2") -> common.Result:
     import keras
     import tensorflow as tf
 
@@ -131,12 +204,19 @@ def run(scales=(1,), out_dir: str = ".", quick: bool = False) -> common.Result:
     specials = dict(models.get("elmo").special_tokens)
     lines = read_lines(common.WIKITEXT_VALID)
     split = int(len(lines) * 0.9)
-    train = read_sst2(os.path.join(SST2_DIR, "train.tsv"), 400 if quick else 8000)
-    dev = read_sst2(os.path.join(SST2_DIR, "dev.tsv"), 100 if quick else None)
+    if task == "wnut17":
+        train = read_conll(os.path.join(WNUT17_DIR, "wnut17train.conll"),
+                           200 if quick else None)
+        dev = read_conll(os.path.join(WNUT17_DIR, "emerging.dev.conll"), 50 if quick else None)
+        task_lines = [" ".join(words) for words, _ in train]
+    else:
+        train = read_sst2(os.path.join(SST2_DIR, "train.tsv"), 400 if quick else 8000)
+        dev = read_sst2(os.path.join(SST2_DIR, "dev.tsv"), 100 if quick else None)
+        task_lines = train[0]
     # One vocabulary for the biLM's softmax and the task model's word embeddings: the LM
     # corpus's words and the task's training words (the paper's task models embed GloVe's
     # large vocabulary; a WikiText-only one would leave most SST-2 words unknown).
-    vocabulary = word_vocabulary(lines[:split] + train[0], specials)
+    vocabulary = word_vocabulary(lines[:split] + task_lines, specials)
     tokenizer = WordTokenizer(vocabulary, special_tokens=specials)
     table = word_character_ids(tf.constant(vocabulary), 50, begin_sentence=specials["cls"],
                                end_sentence=specials["sep"]).numpy()
@@ -164,12 +244,15 @@ def run(scales=(1,), out_dir: str = ".", quick: bool = False) -> common.Result:
     backbone_path = os.path.join(out_dir, "elmo_bilm.weights.h5")
     backbone.save_weights(backbone_path)
 
-    preprocessor = ElmoPreprocessor(tokenizer, 48, begin_token=specials["cls"],
+    preprocessor = ElmoPreprocessor(tokenizer, TAG_LENGTH, begin_token=specials["cls"],
                                     end_token=specials["sep"], pad_token=specials["pad"])
     task_steps = 10 if quick else 500
     seeds = (0,) if quick else (0, 1, 2)
-    runs = {mix: [classify(backbone_path, config, preprocessor, train, dev, mix, task_steps,
+    evaluate = tag if task == "wnut17" else classify
+    runs = {mix: [evaluate(backbone_path, config, preprocessor, train, dev, mix, task_steps,
                            seed=seed) for seed in seeds] for mix in ("all", "top")}
+    task_name, score_name = (("WNUT-17 dev entity F1", "dev entity F1") if task == "wnut17"
+                             else ("SST-2 dev accuracy", "dev accuracy"))
     results = {mix: (float(np.mean([r[0] for r in rows])), float(np.mean([r[1] for r in rows])),
                      rows[0][2]) for mix, rows in runs.items()}
 
@@ -186,24 +269,25 @@ def run(scales=(1,), out_dir: str = ".", quick: bool = False) -> common.Result:
                  f"vocabulary {len(vocabulary)} words; {bilm.count_params():,} parameters; "
                  f"{unknown} <unk> ids among the held-out ids."),
         common.Table(
-            "SST-2 dev accuracy, frozen biLM features (§3.3)",
-            ["ELMo mix", "dev accuracy (mean)", "per seed", "train seconds",
+            f"{task_name}, frozen biLM features (§3.3)",
+            ["ELMo mix", f"{score_name} (mean)", "per seed", "train seconds",
              "learned mix (seed 0)"],
             [[f"{mix} layers" if mix == "all" else "top layer only", acc,
               " / ".join(f"{r[0]:.4f}" for r in runs[mix]), round(sec), str(weights)]
              for mix, (acc, sec, weights) in results.items()],
-            note=f"{len(train[0])} training sentences, {len(dev[0])} dev sentences, "
+            note=f"{len(task_lines)} training sentences, "
+                 f"{len(dev) if task == 'wnut17' else len(dev[0])} dev sentences, "
                  f"{task_steps} steps of 32 per run, seeds {list(seeds)}; the same task "
                  f"model (layer-normalised mix, §3.2) for both rows."),
     ]
     findings = [f"mix of all layers {results['all'][0]:.4f} vs top layer only "
-                f"{results['top'][0]:.4f} on SST-2 dev (mean of {len(seeds)} seeds)"]
+                f"{results['top'][0]:.4f}: {task_name} (mean of {len(seeds)} seeds)"]
     result = common.Result(
         name="ELMo: biLM perplexity and the scalar mix of all layers vs the top layer",
         tables=tables, findings=findings,
         figures={"perplexity_before": before, "perplexity_after": after,
                  "bilm_loss": history.history["loss"],
-                 "sst2": {mix: {"accuracy": acc, "seconds": sec, "mix": w,
+                 task: {mix: {"score": acc, "seconds": sec, "mix": w,
                                 "per_seed": [r[0] for r in runs[mix]]}
                           for mix, (acc, sec, w) in results.items()}},
         seconds=time.perf_counter() - started)
@@ -212,9 +296,11 @@ def run(scales=(1,), out_dir: str = ".", quick: bool = False) -> common.Result:
 
 def main(argv=None):
     parser = common.argument_parser(__doc__)
+    parser.add_argument("--task", choices=("sst2", "wnut17"), default="sst2",
+                        help="the feature-based task: SST-2 accuracy or WNUT-17 entity F1")
     args = parser.parse_args(argv)
-    common.print_and_save(run(out_dir=args.out_dir, quick=args.quick), args.out_dir,
-                          "elmo_features.json")
+    common.print_and_save(run(out_dir=args.out_dir, quick=args.quick, task=args.task),
+                          args.out_dir, f"elmo_features_{args.task}.json")
 
 
 if __name__ == "__main__":
