@@ -34,6 +34,7 @@ from lmfactory.components.tasks import span_qa  # noqa: E402,F401  isort:skip
 from lmfactory.components.tasks import multiple_choice  # noqa: E402,F401  isort:skip
 from lmfactory.components.tasks import word_vectors  # noqa: E402,F401  isort:skip
 from lmfactory.components.tasks import translation  # noqa: E402,F401  isort:skip
+from lmfactory.components.tasks import text_to_text  # noqa: E402,F401  isort:skip
 
 __all__ = ["TaskKind", "for_recipe", "get", "names", "recipe_tasks", "register",
            "serving_kind", "unregister"]

@@ -27,6 +27,7 @@ from tfx.types import artifact_utils
 
 from lmfactory.components.vocabulary.learners import LEARNERS
 from lmfactory.models import tokenizers
+from lmfactory.models.tokenizers.config import is_special_role
 
 EXAMPLES_KEY = "examples"
 VOCABULARY_KEY = "vocabulary"
@@ -105,10 +106,11 @@ def _check_special_tokens(kind: str, special_tokens) -> dict:
     if not isinstance(special_tokens, Mapping) or not special_tokens:
         raise ValueError(f"special_tokens must be a non-empty mapping of role -> token, got "
                          f"{special_tokens!r}")
-    unknown = sorted(set(special_tokens) - set(tokenizers.SPECIAL_ROLES))
+    unknown = sorted(role for role in special_tokens
+                     if not is_special_role(role))
     if unknown:
         raise ValueError(f"special_tokens: unknown role(s) {unknown}; roles: "
-                         f"{list(tokenizers.SPECIAL_ROLES)}")
+                         f"{list(tokenizers.SPECIAL_ROLES)} and sentinel_<n>")
     for role, token in special_tokens.items():
         if not isinstance(token, str) or not token or token != token.strip():
             raise ValueError(f"special_tokens[{role!r}] must be a non-empty string without "

@@ -12,7 +12,10 @@ once on the ``word<TAB>count`` list (its ``input_format="tsv"``). As pieces cann
 spaces, training on counted words sees the same statistics as training on the lines.
 
 Special pieces follow ALBERT's model: ``<pad>``=0, ``<unk>``=1, then the control symbols
-``[CLS]``=2, ``[SEP]``=3, ``[MASK]``=4; no BOS / EOS pieces. The model file is read by
+``[CLS]``=2, ``[SEP]``=3, ``[MASK]``=4; no BOS / EOS pieces. Special tokens whose roles
+are ``sentinel_0``, ``sentinel_1``, ... (T5's span-corruption sentinels, Raffel et al.
+2020 §3.1.4) are instead appended after the learned pieces as control symbols counting
+down from the top: ``sentinel_0`` is the last id (`top_sentinels`). The model file is read by
 :class:`lmfactory.models.tokenizers.AlbertSentencePieceTokenizer` through ``load_tokenizer``.
 """
 
@@ -50,10 +53,39 @@ def pretokenize_lines(lines: Sequence[str], lowercase: bool = True,
             for word in line.decode("utf-8").split(" ") if word]
 
 
+SENTINEL_ROLE = "sentinel_{}"
+
+
+def top_sentinels(special_tokens: Mapping[str, str] | None) -> list:
+    """The tokens of the roles ``sentinel_0``, ``sentinel_1``, ... (consecutive from 0),
+    which the vocabulary puts at its top, ``sentinel_0`` last."""
+    special_tokens = special_tokens or {}
+    sentinels = []
+    while SENTINEL_ROLE.format(len(sentinels)) in special_tokens:
+        sentinels.append(special_tokens[SENTINEL_ROLE.format(len(sentinels))])
+    return sentinels
+
+
+def _append_top_sentinels(model: bytes, sentinels: Sequence[str]) -> bytes:
+    """The model with ``sentinels`` appended as control pieces, the first one last."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model)
+    for token in reversed(sentinels):
+        piece = proto.pieces.add()
+        piece.piece, piece.score = token, 0.0
+        piece.type = sentencepiece_model_pb2.ModelProto.SentencePiece.CONTROL
+    return proto.SerializeToString()
+
+
 def trainer_special_pieces(special_tokens: Mapping[str, str] | None) -> dict:
     """SentencePiece trainer arguments that reserve the special tokens: ``pad`` (if any) at
     id 0, ``unk`` next, the other roles' tokens as control symbols in the given order."""
     special_tokens = dict(SPECIAL_TOKENS if special_tokens is None else special_tokens)
+    sentinels = set(top_sentinels(special_tokens))
+    special_tokens = {role: token for role, token in special_tokens.items()
+                      if token not in sentinels}
     if "unk" not in special_tokens:
         raise ValueError(f"A SentencePiece vocabulary needs an 'unk' special token, got "
                          f"roles {sorted(special_tokens)}")
@@ -80,9 +112,13 @@ def learn_model(word_counts: Iterable[tuple[str, int]], vocab_size: int,
     Args:
       word_counts: (word, count) pairs, words normalised by :func:`pretokenize_lines`.
       vocab_size: the number of pieces, special pieces included.
-      special_tokens: role -> token; None = ALBERT's set (:data:`SPECIAL_TOKENS`).
+      special_tokens: role -> token; None = ALBERT's set (:data:`SPECIAL_TOKENS`). Roles
+          ``sentinel_<i>`` go to the top (`top_sentinels`): the unigram model learns
+          ``vocab_size`` minus their number.
     """
     import sentencepiece
+
+    sentinels = top_sentinels(special_tokens)
 
     word_counts = [(word, int(count)) for word, count in word_counts if word]
     if not word_counts:
@@ -99,7 +135,7 @@ def learn_model(word_counts: Iterable[tuple[str, int]], vocab_size: int,
         try:
             sentencepiece.SentencePieceTrainer.train(
                 input=path, input_format="tsv", model_writer=model, model_type="unigram",
-                vocab_size=vocab_size, character_coverage=CHARACTER_COVERAGE,
+                vocab_size=vocab_size - len(sentinels), character_coverage=CHARACTER_COVERAGE,
                 minloglevel=2, **trainer_special_pieces(special_tokens))
         except RuntimeError as error:
             raise ValueError(f"SentencePiece could not learn {vocab_size} pieces from "
@@ -107,7 +143,7 @@ def learn_model(word_counts: Iterable[tuple[str, int]], vocab_size: int,
     seconds = time.perf_counter() - started
     logging.info("SentencePiece unigram trainer: %d pieces from %d distinct words in %.2fs",
                  vocab_size, len(word_counts), seconds)
-    return _without_input_path(model.getvalue())
+    return _append_top_sentinels(_without_input_path(model.getvalue()), sentinels)
 
 
 def _without_input_path(model: bytes) -> bytes:

@@ -15,6 +15,18 @@ TOKENIZER_CONFIG = "tokenizer.json"
 # start / delimiter / extract: GPT-1's fine-tuning tokens (Radford et al. 2018 §3.3).
 SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask", "end_of_text", "start", "delimiter",
                  "extract")
+# Numbered roles ``sentinel_0``, ``sentinel_1``, ...: span-corruption sentinels (T5 §3.1.4),
+# which a SentencePiece vocabulary puts at its top (components/vocabulary/sentence_piece.py).
+SENTINEL_ROLE_PREFIX = "sentinel_"
+
+
+def is_special_role(role) -> bool:
+    """Whether ``role`` is one of `SPECIAL_ROLES` or a numbered sentinel role."""
+    if role in SPECIAL_ROLES:
+        return True
+    return isinstance(role, str) and role.startswith(SENTINEL_ROLE_PREFIX) \
+        and role[len(SENTINEL_ROLE_PREFIX):].isdigit()
+
 
 
 def read_tokenizer_config(vocab_dir: str) -> dict:
@@ -76,6 +88,6 @@ def special_token_ids(vocab_dir: str) -> dict:
             for role, token in config.get("special_tokens", {}).items()}
 
 
-__all__ = ["SPECIAL_ROLES", "TOKENIZER_CONFIG", "get_kind", "kind_names", "load_tokenizer",
+__all__ = ["SENTINEL_ROLE_PREFIX", "SPECIAL_ROLES", "TOKENIZER_CONFIG", "get_kind", "is_special_role", "kind_names", "load_tokenizer",
            "read_lines", "read_tokenizer_config", "special_token_ids", "unique_special_tokens",
            "vocabulary_path", "write_tokenizer_config"]
