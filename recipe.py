@@ -39,8 +39,10 @@ DEFAULTS = {
     "description": "",
     "preset": "tiny",
     "overrides": {},
+    # learn_from: the data sections whose text the vocabulary is learned from (ULMFiT's
+    # target task words need ["corpus", "target_corpus"]).
     "tokenizer": {"vocab_size": 8000, "lowercase": True, "strip_accents": True,
-                  "min_frequency": 2},
+                  "min_frequency": 2, "learn_from": ["corpus"]},
     "objective": {"max_seq_length": 128, "masked_lm_prob": 0.15, "max_predictions_per_seq": 20,
                   "short_seq_prob": 0.1, "dupe_factor": 5, "whole_word_masking": False,
                   "dynamic_masking": False, "ngram_masking": 0, "mask_token_rate": 0.8,
@@ -256,6 +258,7 @@ def _check_pretraining_data(check: _Checker, architecture: str) -> str:
     check.choice("tokenizer.kind", (models.get(architecture).tokenizer_kind,))
     check.positive_int("tokenizer.vocab_size")
     check.positive_int("tokenizer.min_frequency")
+    _check_vocabulary_sources(check)
     objective = check.choice("objective.name", models.get(architecture).objectives)
     check.positive_int("objective.max_seq_length")
     check.fraction("objective.masked_lm_prob", 0.0, 1.0)
@@ -279,6 +282,22 @@ def _check_pretraining_data(check: _Checker, architecture: str) -> str:
     return objective
 
 
+VOCABULARY_SOURCES = ("corpus", "target_corpus")
+
+
+def _check_vocabulary_sources(check: _Checker) -> None:
+    """``tokenizer.learn_from``: ``corpus`` first, optionally ``target_corpus`` (a section
+    the recipe has)."""
+    sources = check.get("tokenizer.learn_from")
+    if (not isinstance(sources, list) or not sources or sources[0] != "corpus"
+            or len(set(sources)) != len(sources)
+            or any(source not in VOCABULARY_SOURCES for source in sources)):
+        check.fail("tokenizer.learn_from", f"must be [corpus] or [corpus, target_corpus], "
+                                           f"got {sources!r}")
+    for source in sources[1:]:
+        check.source(f"data.{source}")
+
+
 def _check_vocabulary_data(check: _Checker, architecture: str) -> None:
     """A recipe without pretraining (``pretraining: null``) still learns its vocabulary
     from ``data.corpus``; only a task with its own data (``data.task``) can follow."""
@@ -287,6 +306,7 @@ def _check_vocabulary_data(check: _Checker, architecture: str) -> None:
     check.choice("tokenizer.kind", (models.get(architecture).tokenizer_kind,))
     check.positive_int("tokenizer.vocab_size")
     check.positive_int("tokenizer.min_frequency")
+    _check_vocabulary_sources(check)
     _check_source(check, "data.corpus")
     if _task_kind(check).data_section != "task":
         raise RecipeError("pretraining", "pretraining: null needs a task with its own data "
