@@ -10,6 +10,7 @@ integer, got -3``).
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 from importlib import resources
 
@@ -129,7 +130,58 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> dict:
         raise RecipeError("<file>", f"{path} must hold a mapping")
     raw.setdefault("name", os.path.splitext(os.path.basename(path))[0])
     raw = apply_overrides(raw, overrides)
-    return validate(_merge(_merge(DEFAULTS, _task_preset_defaults(raw)), raw))
+    defaults = _merge(DEFAULTS, _task_preset_defaults(raw))
+    check_known_keys(raw, known_keys(defaults))
+    return validate(_merge(defaults, raw))
+
+
+# A section whose keys are not a fixed set: ``data`` sources (checked by their format's
+# reader), ``overrides`` (backbone arguments) and ``task_args`` (the task model's arguments).
+OPEN = "open"
+_OPEN_KEYS = ("data", "overrides", "task_args")
+# Keys a recipe gives that have no default (required, or optional without one).
+_KEYS_WITHOUT_DEFAULT = {"": ("name", "architecture", "data", "teacher"), "tokenizer": ("kind",),
+                         "objective": ("name",), "finetuning": ("task",),
+                         "evaluation": ("metric",), "serving": ("model_name",)}
+_TEACHER_KEYS = ("architecture", "preset", "overrides", "objective", "pretraining",
+                 "finetuning", "task_distillation")
+
+
+def known_keys(defaults: dict) -> dict:
+    """The recipe's key tree: ``defaults`` (with the task kind's own finetuning defaults)
+    plus the keys without a default; `OPEN` marks a section of free keys, None a leaf."""
+    from lmfactory.recipe_lm_finetuning import NOT_INHERITED, STAGE
+
+    def tree(node):
+        if not isinstance(node, dict):
+            return None
+        return {key: OPEN if key in _OPEN_KEYS else tree(value) for key, value in node.items()}
+
+    schema = tree(defaults)
+    for section, keys in _KEYS_WITHOUT_DEFAULT.items():
+        target = schema if not section else schema[section]
+        target.update({key: OPEN if key in _OPEN_KEYS else None for key in keys
+                       if key not in target})
+    schema[STAGE] = {key: value for key, value in schema["pretraining"].items()
+                     if key not in NOT_INHERITED}
+    schema["teacher"] = {key: schema.get(key) if key in ("pretraining", "finetuning") else
+                         OPEN if key in _OPEN_KEYS else None for key in _TEACHER_KEYS}
+    return schema
+
+
+def check_known_keys(values: dict, schema: dict, prefix: str = "") -> None:
+    """Refuses a key the recipe format does not have (a typo such as ``pretrainng`` would
+    otherwise leave the defaults in force), naming the closest known key."""
+    for key, value in values.items():
+        field = f"{prefix}{key}"
+        if key not in schema:
+            close = difflib.get_close_matches(str(key), [str(k) for k in schema], n=1,
+                                              cutoff=0.6)
+            hint = f"; did you mean {prefix}{close[0]}?" if close else \
+                f"; known keys here: {', '.join(sorted(map(str, schema)))}"
+            raise RecipeError(field, f"unknown key{hint}")
+        if isinstance(value, dict) and isinstance(schema[key], dict):
+            check_known_keys(value, schema[key], f"{field}.")
 
 
 def _task_preset_defaults(raw: dict) -> dict:

@@ -36,6 +36,42 @@ def test_bad_values_name_the_field(assignment, field):
     assert f"'{field}'" in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("assignment, field, suggestion", [
+    ("pretrainng.steps=60", "pretrainng", "pretraining"),
+    ("finetuning.learning_rat=0.1", "finetuning.learning_rat", "finetuning.learning_rate"),
+    ("runtime.beam.direct_num_worker=3", "runtime.beam.direct_num_worker",
+     "runtime.beam.direct_num_workers"),
+    ("tokenizer.vocabsize=300", "tokenizer.vocabsize", "tokenizer.vocab_size"),
+    ("teacher.pretrainig.steps=3", "teacher.pretrainig", "teacher.pretraining"),
+    ("zzz=1", "zzz", None),
+])
+def test_unknown_keys_are_refused_with_the_closest_known_key(assignment, field, suggestion):
+    """Issue 18: a misspelt key would leave the defaults in force silently."""
+    with pytest.raises(RecipeError) as error:
+        load_recipe("distilbert_tiny_sst2" if "teacher" in assignment else "bert_tiny_sst2",
+                    [assignment])
+    assert error.value.field == field
+    message = str(error.value)
+    assert "unknown key" in message and "\n" not in message
+    if suggestion:
+        assert f"did you mean {suggestion}?" in message
+    else:
+        assert "known keys here" in message and "pretraining" in message
+
+
+def test_free_sections_and_kind_defaults_are_not_refused():
+    recipe = load_recipe("bert_tiny_sst2", ["overrides.num_layers=1",
+                                            "finetuning.task_args.anything=1",
+                                            "pretraining.task_args={x: 1}"])
+    assert recipe["overrides"]["num_layers"] == 1
+    assert load_recipe("word2vec_wikitext2", ["finetuning.nearest_neighbours=5"])[
+        "finetuning"]["nearest_neighbours"] == 5
+    assert load_recipe("ulmfit_sst2", ["lm_finetuning.clip_norm=0.5"])[
+        "lm_finetuning"]["clip_norm"] == 0.5
+    with pytest.raises(RecipeError, match="lm_finetuning.init_checkpoint"):
+        load_recipe("ulmfit_sst2", ["lm_finetuning.init_checkpoint=x"])
+
+
 def test_overrides_apply():
     recipe = load_recipe("bert_tiny_sst2", ["pretraining.steps=7", "runtime.jit_compile=true"])
     assert recipe["pretraining"]["steps"] == 7 and recipe["runtime"]["jit_compile"] is True
