@@ -311,6 +311,7 @@ def _check_pretraining_data(check: _Checker, architecture: str) -> str:
     check.positive_int("tokenizer.vocab_size")
     check.positive_int("tokenizer.min_frequency")
     _check_vocabulary_sources(check)
+    _check_vocabulary_size(check, architecture)
     objective = check.choice("objective.name", models.get(architecture).objectives)
     check.positive_int("objective.max_seq_length")
     check.fraction("objective.masked_lm_prob", 0.0, 1.0)
@@ -350,6 +351,51 @@ def _check_vocabulary_sources(check: _Checker) -> None:
         check.source(f"data.{source}")
 
 
+def _check_vocabulary_size(check: _Checker, architecture: str) -> None:
+    """``tokenizer.vocab_size`` against what the tokenizer kind must hold (the
+    architecture's special tokens plus the kind's own symbols, e.g. 256 bytes), as
+    VocabularyGen checks it, so a size that cannot work fails before any stage runs."""
+    from lmfactory import models
+    from lmfactory.components.vocabulary.executor import VocabularyConfig
+
+    try:
+        VocabularyConfig(kind=models.get(architecture).tokenizer_kind,
+                         vocab_size=check.get("tokenizer.vocab_size"),
+                         min_frequency=check.get("tokenizer.min_frequency"),
+                         special_tokens=models.get(architecture).special_tokens)
+    except ValueError as error:
+        raise RecipeError("tokenizer.vocab_size", f"{error} ({architecture})") from None
+
+
+def _check_backbone_limits(check: _Checker, recipe: dict, architecture: str,
+                           pretrains: bool) -> None:
+    """What the preset with its ``overrides`` can take: known backbone arguments, sequence
+    lengths within its positions (``max_sequence_length``), a width the heads divide."""
+    from lmfactory import models
+
+    unknown = sorted(set(recipe["overrides"]) - set(models.backbone_arguments(architecture)))
+    if unknown:
+        check.fail("overrides", f"{architecture} backbones take no {unknown}; they take "
+                                f"{', '.join(models.backbone_arguments(architecture))}")
+    config = {**models.presets(architecture)[recipe["preset"]], **recipe["overrides"]}
+    hidden, heads = config.get("hidden_dim"), config.get("num_heads")
+    if (isinstance(hidden, int) and isinstance(heads, int) and heads > 0
+            and config.get("head_dim") is None and hidden % heads):
+        check.fail("overrides", f"hidden_dim {hidden} is not divisible by num_heads {heads}")
+    limit = config.get("max_sequence_length")
+    if not isinstance(limit, int):
+        return
+    fields = (["objective.max_seq_length"] if pretrains else []) + [
+        "finetuning.sequence_length"]
+    for field in fields:
+        length = check.get(field, required=False)
+        if isinstance(length, int) and not isinstance(length, bool) and length > limit:
+            check.fail(field, f"{length} is longer than the {limit} positions of "
+                              f"{architecture} preset {recipe['preset']!r} "
+                              f"(max_sequence_length; set overrides.max_sequence_length to "
+                              f"train longer positions)")
+
+
 def _check_vocabulary_data(check: _Checker, architecture: str) -> None:
     """A recipe without pretraining (``pretraining: null``) still learns its vocabulary
     from ``data.corpus``; only a task with its own data (``data.task``) can follow."""
@@ -359,6 +405,7 @@ def _check_vocabulary_data(check: _Checker, architecture: str) -> None:
     check.positive_int("tokenizer.vocab_size")
     check.positive_int("tokenizer.min_frequency")
     _check_vocabulary_sources(check)
+    _check_vocabulary_size(check, architecture)
     _check_source(check, "data.corpus")
     if _task_kind(check).data_section != "task":
         raise RecipeError("pretraining", "pretraining: null needs a task with its own data "
@@ -445,6 +492,8 @@ def validate(recipe: dict) -> dict:
                                                          "causal_lm fine-tuning")
     else:
         objective = None  # the checkpoint's tokenizer and weights replace corpus learning
+    if init_checkpoint is None:  # an imported checkpoint brings its own sizes
+        _check_backbone_limits(check, recipe, architecture, pretrains=objective is not None)
     _check_teacher(check, recipe, architecture, objective)
     for stage in ("pretraining", "finetuning") + check_lm_finetuning(check, recipe, objective):
         if stage == "pretraining" and recipe[stage] is None:

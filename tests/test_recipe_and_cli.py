@@ -28,6 +28,12 @@ def test_every_shipped_recipe_is_valid():
     ("runtime.strategy=magic", "runtime.strategy"),
     ("finetuning.text_features=[]", "finetuning.text_features"),
     ("runtime.beam.direct_num_workers=zero", "runtime.beam.direct_num_workers"),
+    # Sizes the architecture cannot take fail here, not deep inside a stage (issue 18).
+    ("finetuning.sequence_length=1024", "finetuning.sequence_length"),
+    ("objective.max_seq_length=600", "objective.max_seq_length"),
+    ("tokenizer.vocab_size=5", "tokenizer.vocab_size"),
+    ("overrides.num_heads=3", "overrides"),
+    ("overrides.num_layrs=1", "overrides"),
 ])
 def test_bad_values_name_the_field(assignment, field):
     with pytest.raises(RecipeError) as error:
@@ -70,6 +76,16 @@ def test_free_sections_and_kind_defaults_are_not_refused():
         "lm_finetuning"]["clip_norm"] == 0.5
     with pytest.raises(RecipeError, match="lm_finetuning.init_checkpoint"):
         load_recipe("ulmfit_sst2", ["lm_finetuning.init_checkpoint=x"])
+
+
+def test_size_limits_follow_the_overrides():
+    recipe = load_recipe("bert_tiny_sst2", ["finetuning.sequence_length=1024",
+                                            "overrides.max_sequence_length=1024"])
+    assert recipe["finetuning"]["sequence_length"] == 1024
+    with pytest.raises(RecipeError, match="512 positions of bert preset 'tiny'"):
+        load_recipe("bert_tiny_sst2", ["finetuning.sequence_length=513"])
+    with pytest.raises(RecipeError, match="at least 6"):  # BERT's 5 special tokens + 1
+        load_recipe("bert_tiny_sst2", ["tokenizer.vocab_size=5"])
 
 
 def test_overrides_apply():
