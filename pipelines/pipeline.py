@@ -58,17 +58,25 @@ def _absolute_paths(source: dict) -> dict:
     return source
 
 
-def task_input_config(source: dict) -> dict:
+def task_input_config(source: dict, num_classes: int | None = None) -> dict:
     """TextExampleGen's input_config of the recipe's ``data.task``: as given, or, for a named
     GLUE task (``{glue: CoLA, dir: ...}``), the preset's files and columns
     (components/example_gen/glue.py), whose first lines are checked now when they are local
-    (a file of another shape fails here, naming the file and the columns it expected)."""
+    (a file of another shape fails here, naming the file and the columns it expected).
+    With ``num_classes`` (a classification task's), an integer label column only takes the
+    class ids [0, num_classes): another label is a malformed record, counted and skipped at
+    ingestion."""
     if "glue" not in source:
-        return _absolute_paths(source)
-    directory = _resolve_path(source["dir"])
-    if "://" not in directory:
-        glue.check_files(source["glue"], directory)
-    return glue.input_config(source["glue"], directory)
+        config = _absolute_paths(source)
+    else:
+        directory = _resolve_path(source["dir"])
+        if "://" not in directory:
+            glue.check_files(source["glue"], directory)
+        config = glue.input_config(source["glue"], directory)
+    if (num_classes and num_classes > 1 and config.get("label_column", config.get(
+            "label_feature")) and config.get("label_type", "int") == "int"):
+        config.setdefault("num_classes", num_classes)
+    return config
 
 
 def task_record(recipe: dict) -> dict | None:
@@ -234,8 +242,8 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         pretrained_model = components[-1].outputs["model"]
     task = task_record(recipe)
     if task_kinds.for_recipe(recipe["finetuning"]["task"]).data_section == "task":
-        task_gen = TextExampleGen(
-            input_config=task_input_config(recipe["data"]["task"])).with_id("TaskExampleGen")
+        task_gen = TextExampleGen(input_config=task_input_config(
+            recipe["data"]["task"], (task or {}).get("num_classes"))).with_id("TaskExampleGen")
         task_examples = task_gen.outputs["examples"]
         components.append(task_gen)
     else:
