@@ -227,7 +227,11 @@ def main(argv=None) -> int:
         print(f"recipe {recipe['name']} is valid")
         return 0
     if args.command == "compile" or args.runner == "vertex":
-        output = _compile(args, recipe)
+        try:
+            output = _compile(args, recipe)
+        except RecipeError as error:  # e.g. gs:// data without credentials
+            print(f"lmfactory: {error}", file=sys.stderr)
+            return 2
         if args.command == "run":
             from lmfactory.pipelines import runners
 

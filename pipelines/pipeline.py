@@ -30,6 +30,7 @@ from lmfactory.components.example_gen.component import TextExampleGen
 from lmfactory.components.model_init.component import BackboneInitializer
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
 from lmfactory.components.vocabulary.component import VocabularyGen
+from lmfactory.pipelines import remote_data
 from lmfactory.recipe import DEFAULTS, OPTIMIZER_DEFAULTS, beam_pipeline_args
 
 RUN_FN = "lmfactory.components.trainer.run_fn.run_fn"
@@ -228,6 +229,7 @@ def _target_lm_stage(recipe: dict, vocabulary, pretrained_model, target_gen) -> 
 
 
 def create_components(recipe: dict, serving_dir: str) -> list:
+    remote_data.check_credentials(recipe)  # before anything lists a gs:// file
     target_gen = _target_corpus_gen(recipe)
     components, pretrained_model, vocabulary, teacher = _pretraining_stage(recipe, target_gen)
 
