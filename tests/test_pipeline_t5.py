@@ -35,13 +35,19 @@ def test_t5_span_corruption_then_text_to_text_pushes_a_text_model(tmp_path, shar
     summary = runners.run_local(load_recipe("t5_span_corruption_sst2", overrides),
                                 str(tmp_path / "runs"))
     root = summary["pipeline_root"]
-    # The records: 32 inputs from 35 raw tokens (random_spans_helper), 8 targets.
+    # Sentinels at the top of the learned vocabulary; 32 inputs from segments of 34 raw
+    # tokens (random_spans_helper), each with round(0.15 * 34) = 5 noise tokens in 2 spans.
     with tf.io.gfile.GFile(tf.io.gfile.glob(f"{root}/PretrainingExampleGen/*/*/"
                                             f"pretraining_config.json")[0]) as f:
         described = json.load(f)
     vocabulary_size = described["vocabulary_size"]
     assert described["sentinel_ids"] == [vocabulary_size - 1, vocabulary_size - 2,
                                          vocabulary_size - 3]
+    counts = described["counts"]["train"]
+    assert counts["segments"] == -(-counts["tokens"] // 34)
+    full = counts["tokens"] // 34
+    assert counts["noise_tokens"] - 5 * full in range(0, 34) and counts["noise_spans"] - 2 * full \
+        in range(0, 3)
     metrics = summary["evaluation"]["metrics"]
     assert metrics["examples_evaluated"] == 40 and 0.0 <= metrics["exact_match"] <= 1.0
     # 40 steps teach the output format: the generated text is a label word (§2.4 counts any
