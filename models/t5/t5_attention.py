@@ -53,13 +53,13 @@ class T5Attention(keras.layers.Layer):
         """The keys and values of ``x`` [B, T, d_model], each [B, T, heads, d_kv]."""
         return self.split_heads(self.key_dense(x)), self.split_heads(self.value_dense(x))
 
-    def call(self, query, key_value=None, bias=None, mask=None, cache=None,
+    def call(self, query, key_value=None, bias=None, attention_mask=None, cache=None,
              cache_index=None, training=False):
         """Attention of ``query`` [B, Tq, d_model] over ``key_value`` [B, Tk, d_model]
         (default: the query itself).
 
         bias: added to the logits, broadcastable to [B, heads, Tq, Tk].
-        mask: bool, broadcastable to [B, Tq, Tk] (True: may attend).
+        attention_mask: bool, broadcastable to [B, Tq, Tk] (True: may attend).
         cache: (keys, values) [B, L, heads, d_kv]. With ``cache_index``, the keys/values of
             ``query`` are written at positions ``cache_index, ...`` and attention runs over
             the whole cache (self-attention while decoding); without it the cache is
@@ -79,8 +79,8 @@ class T5Attention(keras.layers.Layer):
         logits = ops.einsum("bqhd,bkhd->bhqk", q, keys)  # no 1/sqrt(d_kv) (see above)
         if bias is not None:
             logits = logits + ops.cast(bias, logits.dtype)
-        if mask is not None:
-            logits = ops.where(ops.cast(mask, "bool")[:, None], logits,
+        if attention_mask is not None:
+            logits = ops.where(ops.cast(attention_mask, "bool")[:, None], logits,
                                ops.cast(_MASKED, logits.dtype))
         weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
         weights = self.dropout_layer(ops.cast(weights, self.compute_dtype), training=training)

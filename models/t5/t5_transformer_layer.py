@@ -74,21 +74,23 @@ class T5TransformerLayer(keras.layers.Layer):
         normed = self.self_attention_layer_norm(x)
         if self_attention_cache is not None:
             attended, self_attention_cache = self.self_attention(
-                normed, bias=self_attention_bias, mask=self_attention_mask,
+                normed, bias=self_attention_bias, attention_mask=self_attention_mask,
                 cache=self_attention_cache, cache_index=cache_index, training=training)
         else:
             attended = self.self_attention(normed, bias=self_attention_bias,
-                                           mask=self_attention_mask, training=training)
+                                           attention_mask=self_attention_mask,
+                                           training=training)
         x = x + self.dropout_layer(attended, training=training)
         if self.is_decoder:
             normed = self.cross_attention_layer_norm(x)
             if cross_attention_cache is not None:
-                attended, _ = self.cross_attention(normed, mask=cross_attention_mask,
+                attended, _ = self.cross_attention(normed, attention_mask=cross_attention_mask,
                                                    cache=cross_attention_cache,
                                                    training=training)
             else:
                 attended = self.cross_attention(normed, encoder_outputs,
-                                                mask=cross_attention_mask, training=training)
+                                                attention_mask=cross_attention_mask,
+                                                training=training)
             x = x + self.dropout_layer(attended, training=training)
         x = x + self.dropout_layer(self.feed_forward(self.feed_forward_layer_norm(x),
                                                      training=training), training=training)
