@@ -138,8 +138,10 @@ def learn_model(word_counts: Iterable[tuple[str, int]], vocab_size: int,
                 vocab_size=vocab_size - len(sentinels), character_coverage=CHARACTER_COVERAGE,
                 minloglevel=2, **trainer_special_pieces(special_tokens))
         except RuntimeError as error:
-            raise ValueError(f"SentencePiece could not learn {vocab_size} pieces from "
-                             f"{len(word_counts)} distinct words: {error}") from error
+            extra = f" (+ {len(sentinels)} sentinels)" if sentinels else ""
+            raise ValueError(f"SentencePiece could not learn {vocab_size - len(sentinels)} "
+                             f"pieces{extra} from {len(word_counts)} distinct words: "
+                             f"{error}") from error
     seconds = time.perf_counter() - started
     logging.info("SentencePiece unigram trainer: %d pieces from %d distinct words in %.2fs",
                  vocab_size, len(word_counts), seconds)
