@@ -89,5 +89,6 @@ def special_token_ids(vocab_dir: str) -> dict:
 
 
 __all__ = ["SENTINEL_ROLE_PREFIX", "SPECIAL_ROLES", "TOKENIZER_CONFIG", "get_kind",
-           "is_special_role", "kind_names", "load_tokenizer", "read_lines", "read_tokenizer_config", "special_token_ids", "unique_special_tokens",
+           "is_special_role", "kind_names", "load_tokenizer", "read_lines",
+           "read_tokenizer_config", "special_token_ids", "unique_special_tokens",
            "vocabulary_path", "write_tokenizer_config"]
