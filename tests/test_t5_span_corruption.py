@@ -140,3 +140,14 @@ def test_sentencepiece_vocabulary_puts_the_sentinels_at_the_top(shared_data):
     with pytest.raises(ValueError, match="sentinel"):
         span_corruption.vocabulary_state(Tokenizer(), {"special_tokens": {
             "pad": "<pad>", "end_of_text": "</s>"}})
+
+
+def test_vocabulary_config_accepts_numbered_sentinel_roles_only():
+    from lmfactory.components.vocabulary.executor import VocabularyConfig
+
+    specials = models.get("t5").special_tokens
+    config = VocabularyConfig(kind="sentencepiece", vocab_size=600, special_tokens=specials)
+    assert config.resolved_special_tokens["sentinel_99"] == "<extra_id_99>"
+    with pytest.raises(ValueError, match="unknown role"):
+        VocabularyConfig(kind="sentencepiece", vocab_size=600,
+                         special_tokens=dict(specials, sentinel_x="<x>"))
