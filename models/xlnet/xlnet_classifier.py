@@ -13,8 +13,7 @@ def last_token_vector(sequence_output, padding_mask):
     """The content stream at the last real token [B, H]: XLNet's `<cls>`, which its layout
     puts at the end (left padding: position T - 1; also right-padded inputs)."""
     mask = ops.cast(padding_mask, "int32")
-    length = ops.shape(mask)[1]
-    positions = ops.arange(length, dtype="int32")[None, :]
+    positions = ops.cumsum(ops.ones_like(mask), axis=1) - 1
     last = ops.max(ops.where(mask > 0, positions, ops.zeros_like(positions)), axis=1)
     return ops.take_along_axis(sequence_output, last[:, None, None], axis=1)[:, 0, :]
 
