@@ -65,6 +65,7 @@ class XLNetBackbone(Backbone):
             dtype=dtype, name="token_embedding")
         self.query_embedding = XLNetQueryEmbedding(hidden_dim, dtype=dtype,
                                                    name="query_embedding")
+        self.query_embedding.build()  # the functional graph runs the content stream only
         self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype,
                                                        name="embeddings_dropout")
         self.query_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="query_dropout")
