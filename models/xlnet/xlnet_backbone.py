@@ -9,13 +9,12 @@ XLNetModel) so `xlnet_converters` copies them one to one.
 """
 
 import keras
-import keras_nlp
 from keras import ops
 
 from lmfactory.models.backbone import Backbone, check_head_split
 from lmfactory.models.xlnet.xlnet_attention_inputs import XLNetAttentionInputs
 from lmfactory.models.xlnet.xlnet_block import XLNetBlock
-from lmfactory.models.xlnet.xlnet_query_embedding import XLNetQueryEmbedding
+from lmfactory.models.xlnet.xlnet_stream_embedding import XLNetStreamEmbedding
 
 INPUTS = ("token_ids", "padding_mask", "segment_ids")
 
@@ -58,14 +57,10 @@ class XLNetBackbone(Backbone):
                  dropout=0.1, activation="gelu", layer_norm_epsilon=1e-12, clamp_len=-1,
                  bi_data=False, memory_length=0, dtype=None, **kwargs):
         check_head_split(hidden_dim, num_heads)
-        init = keras.initializers.RandomNormal(stddev=0.02)
         # === Layers ===
-        self.token_embedding = keras_nlp.layers.ReversibleEmbedding(
-            vocabulary_size, hidden_dim, tie_weights=True, embeddings_initializer=init,
-            dtype=dtype, name="token_embedding")
-        self.query_embedding = XLNetQueryEmbedding(hidden_dim, dtype=dtype,
-                                                   name="query_embedding")
-        self.query_embedding.build()  # the functional graph runs the content stream only
+        self.stream_embedding = XLNetStreamEmbedding(vocabulary_size, hidden_dim, dtype=dtype,
+                                                     name="stream_embedding")
+        self.token_embedding = self.stream_embedding.token_embedding  # tied output layer
         self.embeddings_dropout = keras.layers.Dropout(dropout, dtype=dtype,
                                                        name="embeddings_dropout")
         self.query_dropout = keras.layers.Dropout(dropout, dtype=dtype, name="query_dropout")
@@ -84,7 +79,7 @@ class XLNetBackbone(Backbone):
         # === Functional model: the content stream ===
         inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
                   for name in INPUTS}
-        content = self.embeddings_dropout(self.token_embedding(inputs["token_ids"]))
+        content = self.embeddings_dropout(self.stream_embedding(inputs["token_ids"]))
         extras = self.attention_inputs(inputs["padding_mask"], inputs["segment_ids"])
         position = self.position_dropout(extras["position_encoding"])
         for layer in self.transformer_layers:
@@ -122,11 +117,13 @@ class XLNetBackbone(Backbone):
         if memory is not None and len(memory) != len(self.transformer_layers):
             raise ValueError(f"memory must hold one tensor per layer "
                              f"({len(self.transformer_layers)}), got {len(memory)}")
-        content = self.embeddings_dropout(self.token_embedding(token_ids), training=training)
         query = None
-        if target_mapping is not None:
-            query = self.query_dropout(self.query_embedding(target_mapping),
-                                       training=training)
+        if target_mapping is None:
+            content = self.stream_embedding(token_ids)
+        else:
+            content, query = self.stream_embedding(token_ids, target_mapping)
+            query = self.query_dropout(query, training=training)
+        content = self.embeddings_dropout(content, training=training)
         extras = self.attention_inputs(inputs["padding_mask"], inputs["segment_ids"],
                                        permutation_mask=permutation_mask,
                                        memory=None if memory is None else memory[0])

@@ -62,7 +62,7 @@ def load_backbone_weights(backbone: XLNetBackbone, read: hf_utils.WeightReader) 
     """Copies the reference weights into ``backbone`` (same layouts: [d_model, n, d_head]
     projections, torch Linear feed-forward)."""
     hf_utils.set_embedding(backbone.token_embedding, read("word_embedding.weight"))
-    hf_utils.assign(backbone.query_embedding.mask_embedding,
+    hf_utils.assign(backbone.stream_embedding.mask_embedding,
                     read("mask_emb").reshape(-1), "mask_emb")
     for index, block in enumerate(backbone.transformer_layers):
         prefix = f"layer.{index}"
