@@ -33,6 +33,7 @@ class XLNetPretrainer(SubclassedTask):
                                        initializer="zeros")
         self.loss_tracker = keras.metrics.Mean(name="plm_loss")
         self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="plm_accuracy")
+        self.built = True  # the backbone is built and the bias made: nothing left to build
 
     def call(self, inputs, training=None):
         missing = [name for name in PRETRAINER_INPUTS if name not in inputs]
