@@ -88,6 +88,33 @@ def test_relative_shift_matches_direct_indexing():
                 assert distance == (i + memory) - j
 
 
+def test_clamp_len_and_bi_data():
+    """Distances beyond clamp_len share one encoding; with bi_data the second half of the
+    batch reads the distances negated (the reference's options)."""
+    from lmfactory.models.xlnet.xlnet_attention_inputs import (XLNetAttentionInputs,
+                                                               relative_positions)
+
+    ones = np.ones((2, 4), "int32")
+    plain = XLNetAttentionInputs(8)(ones, ones)["position_encoding"]
+    clamped = XLNetAttentionInputs(8, clamp_len=2)(ones, ones)["position_encoding"]
+    distances = keras.ops.convert_to_numpy(relative_positions(4, 4))
+    assert distances.tolist() == [4, 3, 2, 1, 0, -1, -2, -3]
+    clamped = keras.ops.convert_to_numpy(clamped)[0]
+    np.testing.assert_allclose(clamped[0], clamped[2])  # 4 and 3 read as 2
+    np.testing.assert_allclose(clamped[7], clamped[6])  # -3 reads as -2
+    np.testing.assert_allclose(clamped[3:7], keras.ops.convert_to_numpy(plain)[0, 3:7])
+    both = keras.ops.convert_to_numpy(
+        XLNetAttentionInputs(8, bi_data=True)(ones, ones)["position_encoding"])
+    np.testing.assert_allclose(both[0], keras.ops.convert_to_numpy(plain)[0])
+    negated = np.concatenate([np.sin(-distances[:, None] * _inverse(8)),
+                              np.cos(-distances[:, None] * _inverse(8))], axis=-1)
+    np.testing.assert_allclose(both[1], negated, atol=1e-6)
+
+
+def _inverse(hidden):
+    return 1.0 / 10000 ** (np.arange(0, hidden, 2) / hidden)
+
+
 def test_relative_segment_encoding_depends_only_on_same_or_different():
     """§2.5: s_ij is s+ or s- by whether i and j share a segment, not which segments."""
     keras.utils.set_random_seed(4)
