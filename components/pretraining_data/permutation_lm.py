@@ -210,7 +210,11 @@ def converter(config: dict):
     `target_mapping`), y = target ids [B, K], sample_weight [B, K]; K =
     ``max_predictions_per_seq``. The order is redrawn on every read."""
     ids = config.get("special_token_ids", {})
-    functional_ids = [int(ids[role]) for role in ("sep", "cls") if role in ids]
+    functional_ids = [int(config[f"{role}_id"]) if f"{role}_id" in config else
+                      int(ids[role]) if role in ids else None for role in ("sep", "cls")]
+    if None in functional_ids:
+        raise ValueError(f"{OBJECTIVE_NAME}: the pretraining config names no <sep> / <cls> "
+                         f"ids (sep_id, cls_id or special_token_ids)")
     num_predict = int(config["max_predictions_per_seq"])
 
     def to_keras(features):
