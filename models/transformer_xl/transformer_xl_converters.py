@@ -1,0 +1,4 @@
+"""Hugging Face TransfoXL checkpoints -> `TransformerXLBackbone` / `TransformerXLCausalLM`."""
+
+def from_huggingface(path):
+    raise NotImplementedError
