@@ -33,7 +33,8 @@ class SharedRelativeBiases(keras.layers.Layer):
 
     def call(self, reference):
         del reference
-        return ops.cast(ops.stack([self.content_bias, self.position_bias]), self.compute_dtype)
+        pair = ops.concatenate([self.content_bias[None], self.position_bias[None]], axis=0)
+        return ops.cast(pair, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return (2, self.num_heads, self.head_dim)
