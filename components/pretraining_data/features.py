@@ -156,7 +156,9 @@ def _ordered_dataset(file_pattern, pretraining_config: dict, objective, batch_si
     """Records of an objective that declares ``ordered_streams``: files in name order,
     records in file order, cut into ``batch_size`` parallel streams (row b of batch k + 1
     continues row b of batch k; ``ordered_streams.parallel_streams``), never shuffled; the
-    parsed features carry ``stream_position`` (the batch's index in this pass)."""
+    parsed features carry ``stream_position`` (the batch's index in this pass). A single
+    pass (``repeat`` false, e.g. evaluation) over fewer segments than ``batch_size`` reads
+    one stream per segment."""
     from lmfactory.components.pretraining_data.ordered_streams import (STREAM_POSITION,
                                                                        parallel_streams)
 
@@ -165,14 +167,14 @@ def _ordered_dataset(file_pattern, pretraining_config: dict, objective, batch_si
                          f"(ordered_streams): read it with shuffle=False")
     files = tf.data.Dataset.list_files(file_pattern, shuffle=False)
     records = files.flat_map(lambda path: tf.data.TFRecordDataset(path, compression_type="GZIP"))
-    batches = parallel_streams(records, int(batch_size))
+    batches = parallel_streams(records, int(batch_size), fewer_streams=not repeat)
     if repeat:
         batches = batches.repeat()
     spec = feature_spec(pretraining_config)
 
     def parse(position, serialized):
         features = tf.io.parse_example(serialized, spec)
-        features[STREAM_POSITION] = tf.fill([int(batch_size)], position)
+        features[STREAM_POSITION] = tf.fill(tf.shape(serialized), position)
         return features
 
     to_keras = objective.converter(pretraining_config)

@@ -54,11 +54,16 @@ def shard_examples(documents: Sequence[Sequence[int]], end_of_text_id: int, conf
                         "dropped_tail_tokens": max(dropped, 0)}
 
 
-def parallel_streams(records: tf.data.Dataset, num_streams: int) -> tf.data.Dataset:
+def parallel_streams(records: tf.data.Dataset, num_streams: int,
+                     fewer_streams: bool = False) -> tf.data.Dataset:
     """Ordered records -> ``(k, [num_streams] records)``: the N records cut into
     ``num_streams`` contiguous streams of N // num_streams, element k holding record k of
-    each stream (the reference's batchify). Counts the records once (eagerly)."""
+    each stream (the reference's batchify). Counts the records once (eagerly). With
+    ``fewer_streams`` (a single pass, e.g. evaluation), N < num_streams records make N
+    streams of one segment instead of an error."""
     total = int(records.reduce(np.int64(0), lambda count, _: count + 1))
+    if fewer_streams and 0 < total < num_streams:
+        num_streams = total
     per_stream = total // num_streams
     if per_stream < 1:
         raise ValueError(f"{OBJECTIVE_NAME}: {total} segments cannot fill {num_streams} "
