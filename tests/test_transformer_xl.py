@@ -177,6 +177,13 @@ def test_wikitext103_base_parameter_count():
     assert count == 151_119_838
 
 
+def test_cutoffs_past_a_smaller_learned_vocabulary_are_dropped():
+    backbone = tiny(vocabulary_size=300)  # the preset's cutoffs are [200, 500]
+    assert backbone.cutoffs == [200] and len(backbone.token_embedding.embeddings) == 1
+    assert TransformerXLCausalLM(backbone)(
+        {"token_ids": np.array([[1, 299]]), "padding_mask": np.ones((1, 2))}).shape == (1, 2, 300)
+
+
 def test_bad_configs_raise():
     with pytest.raises(ValueError, match="cutoffs"):
         tiny(cutoffs=[500, 200])

@@ -55,7 +55,9 @@ class TransformerXLBackbone(Backbone):
             (d_inner): sizes.
         head_dim: d_head (None: hidden_dim // num_heads).
         embedding_dim: d_embed (None: hidden_dim).
-        cutoffs, div_val: adaptive input / softmax clusters (empty: one softmax).
+        cutoffs, div_val: adaptive input / softmax clusters (empty: one softmax); cutoffs
+            at or past ``vocabulary_size`` are dropped (a learned vocabulary smaller than
+            the preset's), the rest must increase.
         mem_len, clamp_len, same_length: memory length, distance clamp (0 = none) and the
             same-length attention option.
         pre_norm: pre-LayerNorm blocks (the reference's pre_lnorm; post-norm by default).
@@ -84,7 +86,11 @@ class TransformerXLBackbone(Backbone):
             raise ValueError(f"hidden_dim must be even (sines and cosines), got {hidden_dim}")
         embedding_dim = hidden_dim if embedding_dim is None else int(embedding_dim)
         cutoffs = [int(c) for c in cutoffs]
-        check_cutoffs(vocabulary_size, cutoffs, div_val)
+        check_cutoffs(max([vocabulary_size, *cutoffs]) + 1, cutoffs, div_val)
+        # A learned vocabulary smaller than the preset's: its clusters past the end vanish.
+        cutoffs = [c for c in cutoffs if c < vocabulary_size]
+        if tie_projections is not None:
+            tie_projections = list(tie_projections)[:len(cutoffs) + 1]
         if int(mem_len) < 0:
             raise ValueError(f"mem_len must be >= 0, got {mem_len}")
         if same_length and int(mem_len) < 1:
