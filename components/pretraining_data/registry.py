@@ -70,8 +70,8 @@ class Objective:
             ``executor.describe_vocabulary`` adds to ``pretraining_config.json`` (e.g.
             ``end_of_text_id``).
         ordered_streams: True when its records are consecutive segments of one token stream
-            that must be read in order (a model carrying state across segments: the
-            Transformer-XL memory, an LSTM's state across BPTT windows). The reader
+            that must be read in order (a model carrying state across segments: a
+            segment-level recurrence memory, an LSTM's state across BPTT windows). The reader
             (``features.make_dataset``) then cuts the records into ``batch_size`` parallel
             streams, never shuffles, and row b of batch k + 1 continues row b of batch k
             (CONTRACTS §3 ``causal_lm_streams``); the trainer reads it to build the task

@@ -76,7 +76,7 @@ def _corpus_args(task_cls, data_config: dict) -> dict:
 def _stream_args(task_cls, objective: str, batch_size: int) -> dict:
     """``stream_batch_size`` = the batch size for a task model that carries state across the
     batches of an objective declaring ``ordered_streams`` (row b of batch k + 1 continues
-    row b of batch k, e.g. Transformer-XL's memory)."""
+    row b of batch k, e.g. a segment-level recurrence memory)."""
     if objectives.get(objective).ordered_streams and \
             "stream_batch_size" in inspect.signature(task_cls.__init__).parameters:
         return {"stream_batch_size": int(batch_size)}
