@@ -111,6 +111,28 @@ def test_segments_with_unbounded_memory_equal_one_causal_pass(pre_norm, untie_bi
     assert memory[0].shape == (2, total, backbone.hidden_dim)
 
 
+def test_decoding_state_reuses_memory_with_same_length():
+    """Token-by-token decoding through the state equals one pass over the sequence, with
+    same_length's window of mem_len positions applied alike."""
+    backbone = tiny(mem_len=3, same_length=True)
+    ids = RNG.integers(0, 1000, (2, 7)).astype("int32")
+    full = np.asarray(backbone({"token_ids": ids, "padding_mask": np.ones_like(ids)})
+                      ["sequence_output"])
+    state, steps = backbone.initial_state(2, 8), []
+    hidden, state = backbone.call_with_state(ids[:, :2], state, 0)
+    steps.append(np.asarray(hidden))
+    for index in range(2, 7):
+        hidden, state = backbone.call_with_state(ids[:, index:index + 1], state, index)
+        steps.append(np.asarray(hidden))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+    unlimited = tiny(mem_len=3)  # the same weights without the window
+    unlimited.set_weights(backbone.get_weights())
+    other = np.asarray(unlimited({"token_ids": ids, "padding_mask": np.ones_like(ids)})
+                       ["sequence_output"])
+    np.testing.assert_allclose(other[:, :3], full[:, :3], atol=1e-6)
+    assert not np.allclose(other[:, 3:], full[:, 3:], atol=1e-4)
+
+
 def test_bounded_memory_keeps_the_last_mem_len_positions():
     backbone = tiny(mem_len=3)
     ids = RNG.integers(0, 1000, (1, 5)).astype("int32")
