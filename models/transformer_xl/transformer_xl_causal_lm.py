@@ -8,7 +8,8 @@ import tensorflow as tf
 from keras import ops
 
 from lmfactory.models.generation import CausalLMGeneration
-from lmfactory.models.task_losses import sum_over_replicas, with_regularization
+from lmfactory.models.task_losses import (next_token_loss, sum_over_replicas,
+                                          with_regularization)
 from lmfactory.models.task_model import SubclassedTask
 from lmfactory.models.transformer_xl.transformer_xl_adaptive_softmax import AdaptiveLogSoftmax
 
@@ -133,14 +134,10 @@ class TransformerXLCausalLM(CausalLMGeneration, SubclassedTask):
     # ------------------------------------------------------------------ loss and steps
 
     def objective(self, y, sample_weight, log_probs):
-        """Mean NLL of next ids ``y`` over positions with weight; updates `nll`."""
-        y = ops.cast(y, "int32")
-        weights = ops.ones(ops.shape(y), "float32") if sample_weight is None \
-            else ops.cast(sample_weight, "float32")
-        nll = -ops.squeeze(ops.take_along_axis(ops.cast(log_probs, "float32"), y[..., None],
-                                               axis=-1), -1)
-        self.nll_tracker.update_state(nll, sample_weight=weights)
-        loss = ops.sum(weights * nll) / ops.maximum(sum_over_replicas(ops.sum(weights)), 1e-9)
+        """Mean NLL of next ids ``y`` over positions with weight (`next_token_loss`; the
+        log-probabilities are their own logits); updates `nll`."""
+        loss = next_token_loss(ops.cast(y, "int32"), log_probs, sample_weight,
+                               self.nll_tracker)
         return with_regularization(self, loss)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
