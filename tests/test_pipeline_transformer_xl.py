@@ -21,7 +21,8 @@ def test_transformer_xl_trains_on_ordered_streams_and_pushes_a_generator(tmp_pat
         "finetuning.learning_rate=0.001", "pretraining.batch_size=4",
         "finetuning.batch_size=4", "evaluation.threshold=1000000.0",
         "evaluation.max_batches=4", "serving.generation.max_length=16",
-        "preset=tiny", "overrides={max_sequence_length: 32, mem_len: 16, cutoffs: [100, 300]}"])
+        "preset=tiny", "finetuning.sequence_length=32",
+        "overrides={max_sequence_length: 32, mem_len: 16, cutoffs: [100, 300]}"])
     summary = runners.run_local(recipe, str(tmp_path / "runs"))
     root = summary["pipeline_root"]
     for component in ("Pretrainer", "TargetLMExampleGen", "FineTuner"):
