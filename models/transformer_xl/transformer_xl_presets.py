@@ -8,7 +8,9 @@ output weights (no projections: d_embed = d_model).
 
 "wikitext103_large": the paper's large model (Table 1, 257M; the published checkpoint
 transfo-xl-wt103): 18 layers, d_model 1024, 16 heads of 64, d_inner 4096, d_embed 1024,
-div_val 4, mem_len 1600 and clamp_len 1000 (its evaluation settings), same_length.
+div_val 4, mem_len 1600 and clamp_len 1000 (its evaluation settings), same_length. Built
+from this config, Hugging Face's TransfoXLLMHeadModel counts 285,205,322 parameters, not
+the 257M of Table 1; the base preset's count matches the paper (151,119,838).
 
 "small": WikiText-2-sized (33,278 words, cutoffs [2000, 10000]) for CPU runs of minutes.
 "tiny": for tests and smoke recipes. The segment length is not a backbone argument: it is
