@@ -133,11 +133,14 @@ def make_dataset(file_pattern, pretraining_config: dict, batch_size: int, shuffl
                                 shuffle, repeat)
     if drop_remainder is None:
         drop_remainder = bool(shuffle or repeat)
+    # A seeded shuffle is reproduced exactly (a resumed training skips the batches it had
+    # trained on, run_fn._resume_input); an unseeded one may take records as they come.
+    deterministic = seed is not None or not shuffle
     files = tf.data.Dataset.list_files(file_pattern, shuffle=shuffle, seed=seed)
     records = files.interleave(
         lambda path: tf.data.TFRecordDataset(path, compression_type="GZIP"),
         cycle_length=tf.data.AUTOTUNE, num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=not shuffle)
+        deterministic=deterministic)
     if shuffle:
         records = records.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
     if repeat:
@@ -145,10 +148,10 @@ def make_dataset(file_pattern, pretraining_config: dict, batch_size: int, shuffl
     spec = feature_spec(pretraining_config)
     batches = records.batch(batch_size, drop_remainder=drop_remainder)
     parsed = batches.map(lambda serialized: tf.io.parse_example(serialized, spec),
-                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
+                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     to_keras = objectives.get(pretraining_config["objective"]).converter(pretraining_config)
     return parsed.map(to_keras, num_parallel_calls=tf.data.AUTOTUNE,
-                      deterministic=not shuffle).prefetch(tf.data.AUTOTUNE)
+                      deterministic=deterministic).prefetch(tf.data.AUTOTUNE)
 
 
 def _ordered_dataset(file_pattern, pretraining_config: dict, objective, batch_size: int,
