@@ -129,7 +129,10 @@ def check_forward(name, backbone=None):
     _check_family_inputs(name, backbone)
     for spec in backbone.input.values():
         assert spec.dtype == "int32", f"{name}: input {spec.name} is {spec.dtype}, not int32"
-    hidden = config_value(backbone, "hidden_dim")
+    # A backbone whose sequence_output is wider than its config's hidden_dim (e.g. several
+    # residual streams concatenated) says so with a `sequence_output_dim` attribute.
+    hidden = getattr(backbone, "sequence_output_dim", None) or config_value(backbone,
+                                                                             "hidden_dim")
     streams = output_streams(backbone)
     for seq in (SEQ, 5):
         outputs = backbone(backbone_inputs(backbone, seq=seq, lengths=(seq, seq - 2)))
