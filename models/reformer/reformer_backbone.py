@@ -172,9 +172,12 @@ class ReformerBackbone(Backbone):
         """Writes ``token_ids`` [B, n] at positions index.. of the state, re-runs the
         prefix [0, index + n) and returns (hidden [B, n, 2 * hidden_dim], state)."""
         token_ids = ops.cast(token_ids, "int32")
-        n = ops.shape(token_ids)[1]
+        # A static n (1 per step) keeps the step's output shape known inside the sampler.
+        n = token_ids.shape[1] if token_ids.shape[1] is not None else ops.shape(token_ids)[1]
         state = ops.slice_update(state, (0, index), token_ids)
         prefix = state[:, :index + n]
         hidden = self({"token_ids": prefix, "padding_mask": ops.ones_like(prefix)},
                       training=False)["sequence_output"]
-        return hidden[:, index:index + n], state
+        hidden = ops.slice(hidden, (0, index, 0),
+                           (ops.shape(hidden)[0], n, self.sequence_output_dim))
+        return hidden, state
