@@ -123,6 +123,11 @@ class ReformerReversibleStack(keras.layers.Layer):
                 totals = [tf.zeros_like(v) for v in variables]
                 out1, out2 = tf.stop_gradient(y1), tf.stop_gradient(y2)
                 for i in reversed(range(self.num_layers)):
+                    # In a graph nothing else orders the recomputation: without this the
+                    # executor may rebuild every layer's inputs (and keep their
+                    # activations) before the gradients reach them.
+                    with tf.control_dependencies([dy1, dy2]):
+                        out1, out2 = tf.identity(out1), tf.identity(out2)
                     with tf.GradientTape() as tape:
                         tape.watch(out1)
                         g = self._feed_forward(i, out1, seeds, training)
