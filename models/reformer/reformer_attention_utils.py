@@ -57,9 +57,10 @@ def unchunk(x):
 
 
 def look_adjacent(x, before, after):
-    """x [B, h, chunks, chunk_length, ...] -> each chunk followed... concatenated with its
-    ``before`` previous and ``after`` next chunks along axis 3 (§2: "attend within a chunk
-    and one chunk back"). Chunk indices wrap around; the causal mask removes what wrapped."""
+    """x [B, h, chunks, chunk_length, ...] -> each chunk's ``before`` previous chunks,
+    itself and its ``after`` next chunks concatenated along axis 3 (§2: "attend within a
+    chunk and one chunk back"). Chunk indices wrap around (as the reference's); the causal
+    mask removes what wrapped from later positions."""
     if not before and not after:
         return x
     pieces = []
