@@ -32,6 +32,7 @@ def reformer_run(tmp_path_factory, shared_data):
         f"pretraining.steps={PRETRAINING_STEPS}", f"finetuning.steps={FINETUNING_STEPS}",
         "evaluation.threshold=1000000.0", "evaluation.metric=perplexity",
         "evaluation.max_batches=1", "serving.generation.max_length=24",
+        "finetuning.sequence_length=32",
         "overrides={max_sequence_length: 64, num_layers: 2, hidden_dim: 32, "
         "intermediate_dim: 64, head_dim: 16, axial_pos_embds_dim: [16, 16], "
         "axial_pos_shape: [8, 8], lsh_attn_chunk_length: 8, local_attn_chunk_length: 8, "
