@@ -17,7 +17,8 @@ preset (vocabulary 100, at most 2 layers, width 16 with 2 heads, feed-forward 32
 positions), overriding only the constructor arguments the preset itself sets and
 ``models.backbone_arguments`` accepts. A backbone class may add a class attribute
 ``conformance_overrides`` (a dict, or a function of the derived overrides returning a dict)
-when a derived size breaks one of its own invariants; no shipped architecture needs it.
+when a derived size breaks one of its own invariants, or when a checked property holds
+exactly only in some configuration (the hook's docstring gives the reason).
 
 Checks (`run_all_checks` runs them all; ``test_conformance.py`` runs each as its own test):
 
