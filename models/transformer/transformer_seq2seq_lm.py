@@ -4,8 +4,9 @@ length-normalised beam search) with the paper's output layer and loss.
 
 * §3.4: "we share the same weight matrix between the two embedding layers and the
   pre-softmax linear transformation": logits = h E^T with E the backbone's
-  `token_embedding` (keras-nlp `ReversibleEmbedding`, ``reverse=True``); no output bias,
-  no matrix of its own.
+  `token_embedding` (keras-nlp `ReversibleEmbedding`, ``reverse=True``, through GPT-2's
+  `TiedLogits`, which folds the positions into one product for a cheaper gradient); no
+  output bias, no matrix of its own.
 * §5.4, "Label Smoothing": training uses label smoothing of value eps_ls = 0.1 (Szegedy et
   al. 2016 §7): the target distribution is (1 - eps) on the reference token plus eps / V
   on every token, so the per-token loss is (1 - eps) * NLL + eps * mean_k(-log p_k). The
@@ -19,6 +20,7 @@ length-normalised beam search) with the paper's output layer and loss.
 import keras
 from keras import ops
 
+from lmfactory.models.gpt2.gpt2_causal_lm import TiedLogits
 from lmfactory.models.task_losses import sum_over_replicas, with_regularization
 from lmfactory.models.task_model import Task, int_inputs
 from lmfactory.models.tasks.seq2seq_lm import SEQ2SEQ_INPUTS, Seq2SeqLM
@@ -53,11 +55,12 @@ class TransformerSeq2SeqLM(Seq2SeqLM):
         # === Layers ===
         self.backbone = backbone
         self.label_smoothing = float(label_smoothing)
+        self.output_logits = TiedLogits(backbone.token_embedding, name="output_logits")
 
         # === Functional model ===
         inputs = int_inputs(SEQ2SEQ_INPUTS)
         hidden = backbone(inputs)["decoder_sequence_output"]
-        logits = backbone.token_embedding(hidden, reverse=True)
+        logits = self.output_logits(hidden)
         # Seq2SeqLM's constructor would add an untied output layer: skip to Task's.
         Task.__init__(self, inputs=inputs, outputs=logits, **kwargs)
 
@@ -79,7 +82,7 @@ class TransformerSeq2SeqLM(Seq2SeqLM):
     def call_with_state(self, token_ids, state, index):
         """The decoding step (models/generation.py): (logits [B, n, V], hidden, state)."""
         hidden, state = self.backbone.call_with_state(token_ids, state, index)
-        return self.backbone.token_embedding(hidden, reverse=True), hidden, state
+        return self.output_logits(hidden), hidden, state
 
     def get_config(self):
         config = super().get_config()
