@@ -260,3 +260,20 @@ def test_transformer_trains_from_scratch_and_pushes_a_translator(tmp_path, share
     for text in translations:
         text.decode("utf-8")  # whole characters: pieces joined back into words
         assert "\u2581" not in text.decode("utf-8") and b"</s>" not in text
+
+
+def test_pre_ln_cached_decoding_equals_rerunning_the_prefix():
+    """The conformance harness checks the paper's post-LN model; the pre-LN variant's
+    final LayerNorm must also be applied on the cached path."""
+    keras.utils.set_random_seed(1)
+    model = TransformerSeq2SeqLM(TransformerBackbone(**TINY, normalize_first=True))
+    source = _inputs(seed=3)
+    context = {key: source[key] for key in ("encoder_token_ids", "encoder_padding_mask")}
+    cached = model.generate_ids(np.array([[1], [1]], "int32"), max_length=6,
+                                state_context=context)["token_ids"].numpy()
+    ids = np.array([[1], [1]], "int32")
+    while ids.shape[1] < 6:
+        logits = model(dict(context, decoder_token_ids=ids,
+                            decoder_padding_mask=np.ones_like(ids)), training=False)
+        ids = np.concatenate([ids, logits.numpy()[:, -1].argmax(-1)[:, None]], 1)
+    np.testing.assert_array_equal(cached, ids.astype("int32"))
