@@ -10,6 +10,7 @@ integer, got -3``).
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 from importlib import resources
 
@@ -39,8 +40,10 @@ DEFAULTS = {
     "description": "",
     "preset": "tiny",
     "overrides": {},
+    # learn_from: the data sections whose text the vocabulary is learned from (ULMFiT's
+    # target task words need ["corpus", "target_corpus"]).
     "tokenizer": {"vocab_size": 8000, "lowercase": True, "strip_accents": True,
-                  "min_frequency": 2},
+                  "min_frequency": 2, "learn_from": ["corpus"]},
     "objective": {"max_seq_length": 128, "masked_lm_prob": 0.15, "max_predictions_per_seq": 20,
                   "short_seq_prob": 0.1, "dupe_factor": 5, "whole_word_masking": False,
                   "dynamic_masking": False, "ngram_masking": 0, "mask_token_rate": 0.8,
@@ -127,7 +130,58 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> dict:
         raise RecipeError("<file>", f"{path} must hold a mapping")
     raw.setdefault("name", os.path.splitext(os.path.basename(path))[0])
     raw = apply_overrides(raw, overrides)
-    return validate(_merge(_merge(DEFAULTS, _task_preset_defaults(raw)), raw))
+    defaults = _merge(DEFAULTS, _task_preset_defaults(raw))
+    check_known_keys(raw, known_keys(defaults))
+    return validate(_merge(defaults, raw))
+
+
+# A section whose keys are not a fixed set: ``data`` sources (checked by their format's
+# reader), ``overrides`` (backbone arguments) and ``task_args`` (the task model's arguments).
+OPEN = "open"
+_OPEN_KEYS = ("data", "overrides", "task_args")
+# Keys a recipe gives that have no default (required, or optional without one).
+_KEYS_WITHOUT_DEFAULT = {"": ("name", "architecture", "data", "teacher"), "tokenizer": ("kind",),
+                         "objective": ("name",), "finetuning": ("task",),
+                         "evaluation": ("metric",), "serving": ("model_name",)}
+_TEACHER_KEYS = ("architecture", "preset", "overrides", "objective", "pretraining",
+                 "finetuning", "task_distillation")
+
+
+def known_keys(defaults: dict) -> dict:
+    """The recipe's key tree: ``defaults`` (with the task kind's own finetuning defaults)
+    plus the keys without a default; `OPEN` marks a section of free keys, None a leaf."""
+    from lmfactory.recipe_lm_finetuning import NOT_INHERITED, STAGE
+
+    def tree(node):
+        if not isinstance(node, dict):
+            return None
+        return {key: OPEN if key in _OPEN_KEYS else tree(value) for key, value in node.items()}
+
+    schema = tree(defaults)
+    for section, keys in _KEYS_WITHOUT_DEFAULT.items():
+        target = schema if not section else schema[section]
+        target.update({key: OPEN if key in _OPEN_KEYS else None for key in keys
+                       if key not in target})
+    schema[STAGE] = {key: value for key, value in schema["pretraining"].items()
+                     if key not in NOT_INHERITED}
+    schema["teacher"] = {key: schema.get(key) if key in ("pretraining", "finetuning") else
+                         OPEN if key in _OPEN_KEYS else None for key in _TEACHER_KEYS}
+    return schema
+
+
+def check_known_keys(values: dict, schema: dict, prefix: str = "") -> None:
+    """Refuses a key the recipe format does not have (a typo such as ``pretrainng`` would
+    otherwise leave the defaults in force), naming the closest known key."""
+    for key, value in values.items():
+        field = f"{prefix}{key}"
+        if key not in schema:
+            close = difflib.get_close_matches(str(key), [str(k) for k in schema], n=1,
+                                              cutoff=0.6)
+            hint = f"; did you mean {prefix}{close[0]}?" if close else \
+                f"; known keys here: {', '.join(sorted(map(str, schema)))}"
+            raise RecipeError(field, f"unknown key{hint}")
+        if isinstance(value, dict) and isinstance(schema[key], dict):
+            check_known_keys(value, schema[key], f"{field}.")
 
 
 def _task_preset_defaults(raw: dict) -> dict:
@@ -256,6 +310,8 @@ def _check_pretraining_data(check: _Checker, architecture: str) -> str:
     check.choice("tokenizer.kind", (models.get(architecture).tokenizer_kind,))
     check.positive_int("tokenizer.vocab_size")
     check.positive_int("tokenizer.min_frequency")
+    _check_vocabulary_sources(check)
+    _check_vocabulary_size(check, architecture)
     objective = check.choice("objective.name", models.get(architecture).objectives)
     check.positive_int("objective.max_seq_length")
     check.fraction("objective.masked_lm_prob", 0.0, 1.0)
@@ -279,6 +335,67 @@ def _check_pretraining_data(check: _Checker, architecture: str) -> str:
     return objective
 
 
+VOCABULARY_SOURCES = ("corpus", "target_corpus")
+
+
+def _check_vocabulary_sources(check: _Checker) -> None:
+    """``tokenizer.learn_from``: ``corpus`` first, optionally ``target_corpus`` (a section
+    the recipe has)."""
+    sources = check.get("tokenizer.learn_from")
+    if (not isinstance(sources, list) or not sources or sources[0] != "corpus"
+            or len(set(sources)) != len(sources)
+            or any(source not in VOCABULARY_SOURCES for source in sources)):
+        check.fail("tokenizer.learn_from", f"must be [corpus] or [corpus, target_corpus], "
+                                           f"got {sources!r}")
+    for source in sources[1:]:
+        check.source(f"data.{source}")
+
+
+def _check_vocabulary_size(check: _Checker, architecture: str) -> None:
+    """``tokenizer.vocab_size`` against what the tokenizer kind must hold (the
+    architecture's special tokens plus the kind's own symbols, e.g. 256 bytes), as
+    VocabularyGen checks it, so a size that cannot work fails before any stage runs."""
+    from lmfactory import models
+    from lmfactory.components.vocabulary.executor import VocabularyConfig
+
+    try:
+        VocabularyConfig(kind=models.get(architecture).tokenizer_kind,
+                         vocab_size=check.get("tokenizer.vocab_size"),
+                         min_frequency=check.get("tokenizer.min_frequency"),
+                         special_tokens=models.get(architecture).special_tokens)
+    except ValueError as error:
+        raise RecipeError("tokenizer.vocab_size", f"{error} ({architecture})") from None
+
+
+def _check_backbone_limits(check: _Checker, recipe: dict, architecture: str,
+                           pretrains: bool) -> None:
+    """What the preset with its ``overrides`` can take: known backbone arguments, sequence
+    lengths within its positions (``max_sequence_length``), a width the heads divide."""
+    from lmfactory import models
+
+    unknown = sorted(set(recipe["overrides"]) - set(models.backbone_arguments(architecture)))
+    if unknown:
+        check.fail("overrides", f"{architecture} backbones take no {unknown}; they take "
+                                f"{', '.join(models.backbone_arguments(architecture))}")
+    config = {**models.presets(architecture)[recipe["preset"]], **recipe["overrides"]}
+    hidden, heads = config.get("hidden_dim"), config.get("num_heads")
+    if (isinstance(hidden, int) and isinstance(heads, int) and heads > 0
+            and config.get("head_dim") is None and hidden % heads):
+        check.fail("overrides", f"hidden_dim {hidden} is not divisible by num_heads {heads}")
+    limit = config.get("max_sequence_length")
+    if not isinstance(limit, int):
+        return
+    fields = (["objective.max_seq_length"] if pretrains else []) + [
+        "finetuning.sequence_length"]
+    for field in fields:
+        length = check.get(field, required=False)
+        if isinstance(length, int) and not isinstance(length, bool) and length > limit:
+            check.fail(field, f"{length} is longer than the {limit} positions of "
+                              f"{architecture} preset {recipe['preset']!r} "
+                              f"(max_sequence_length; set overrides.max_sequence_length to "
+                              f"train longer positions)")
+
+
 def _check_vocabulary_data(check: _Checker, architecture: str) -> None:
     """A recipe without pretraining (``pretraining: null``) still learns its vocabulary
     from ``data.corpus``; only a task with its own data (``data.task``) can follow."""
@@ -287,6 +404,8 @@ def _check_vocabulary_data(check: _Checker, architecture: str) -> None:
     check.choice("tokenizer.kind", (models.get(architecture).tokenizer_kind,))
     check.positive_int("tokenizer.vocab_size")
     check.positive_int("tokenizer.min_frequency")
+    _check_vocabulary_sources(check)
+    _check_vocabulary_size(check, architecture)
     _check_source(check, "data.corpus")
     if _task_kind(check).data_section != "task":
         raise RecipeError("pretraining", "pretraining: null needs a task with its own data "
@@ -373,6 +492,8 @@ def validate(recipe: dict) -> dict:
                                                          "causal_lm fine-tuning")
     else:
         objective = None  # the checkpoint's tokenizer and weights replace corpus learning
+    if init_checkpoint is None:  # an imported checkpoint brings its own sizes
+        _check_backbone_limits(check, recipe, architecture, pretrains=objective is not None)
     _check_teacher(check, recipe, architecture, objective)
     for stage in ("pretraining", "finetuning") + check_lm_finetuning(check, recipe, objective):
         if stage == "pretraining" and recipe[stage] is None:

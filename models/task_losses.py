@@ -14,6 +14,8 @@ real predictions. Outside a strategy (or with one replica) every helper is the p
 * `sentence_loss`: the mean negative log-likelihood of a sentence-level classifier (BERT's
   next-sentence prediction, ALBERT's sentence-order prediction).
 * `masked_lm_objective` / `sentence_objective`: the same plus their metrics.
+* `next_token_loss`: the language models' mean NLL of the target ids over the real
+  positions (causal LMs, encoder-decoders).
 * `track_loss`: a loss metric records the global value, not a replica's share.
 * `with_regularization`: adds the losses that layers register (`model.losses`,
   e.g. kernel regularisers a caller adds), averaged over replicas the way Keras's own
@@ -75,6 +77,21 @@ def sentence_loss(labels, logits):
     return batch_mean(nll)
 
 
+def next_token_loss(labels, logits, sample_weight, nll_tracker):
+    """The language models' loss: the mean negative log-likelihood of the target ids
+    ``labels`` [B, T] under ``logits`` [B, T, V] over the real positions of the global
+    batch (``sample_weight`` [B, T], 0 on padding; None = every position); a batch that is
+    all padding contributes 0, not NaN. Records the per-token NLL in ``nll_tracker``."""
+    logits = ops.cast(logits, "float32")
+    nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    if sample_weight is None:
+        weights = ops.ones(ops.shape(nll), dtype="float32")
+    else:
+        weights = ops.cast(sample_weight, "float32")
+    nll_tracker.update_state(nll, sample_weight=weights)
+    return ops.sum(weights * nll) / ops.maximum(sum_over_replicas(ops.sum(weights)), 1e-9)
+
+
 def track_loss(tracker, loss):
     """Records a replica's share of a loss in the `keras.metrics.Mean` ``tracker`` as the
     global value (the shares summed over replicas), without a gradient."""
@@ -115,5 +132,5 @@ def with_regularization(model, loss):
 
 
 __all__ = ["batch_mean", "masked_lm_loss", "masked_lm_objective", "masked_lm_weights",
-           "sentence_loss", "sentence_objective", "sum_over_replicas", "track_loss",
+           "next_token_loss", "sentence_loss", "sentence_objective", "sum_over_replicas", "track_loss",
            "weighted_mean", "with_regularization"]

@@ -58,17 +58,25 @@ def _absolute_paths(source: dict) -> dict:
     return source
 
 
-def task_input_config(source: dict) -> dict:
+def task_input_config(source: dict, num_classes: int | None = None) -> dict:
     """TextExampleGen's input_config of the recipe's ``data.task``: as given, or, for a named
     GLUE task (``{glue: CoLA, dir: ...}``), the preset's files and columns
     (components/example_gen/glue.py), whose first lines are checked now when they are local
-    (a file of another shape fails here, naming the file and the columns it expected)."""
+    (a file of another shape fails here, naming the file and the columns it expected).
+    With ``num_classes`` (a classification task's), an integer label column only takes the
+    class ids [0, num_classes): another label is a malformed record, counted and skipped at
+    ingestion."""
     if "glue" not in source:
-        return _absolute_paths(source)
-    directory = _resolve_path(source["dir"])
-    if "://" not in directory:
-        glue.check_files(source["glue"], directory)
-    return glue.input_config(source["glue"], directory)
+        config = _absolute_paths(source)
+    else:
+        directory = _resolve_path(source["dir"])
+        if "://" not in directory:
+            glue.check_files(source["glue"], directory)
+        config = glue.input_config(source["glue"], directory)
+    if (num_classes and num_classes > 1 and config.get("label_column", config.get(
+            "label_feature")) and config.get("label_type", "int") == "int"):
+        config.setdefault("num_classes", num_classes)
+    return config
 
 
 def task_record(recipe: dict) -> dict | None:
@@ -138,10 +146,21 @@ def _lm_example_gen(recipe: dict, examples, vocabulary, objective_name: str | No
                                  **{key: objective[key] for key in OBJECTIVE_KEYS})
 
 
-def _pretraining_stage(recipe: dict):
+def _target_corpus_gen(recipe: dict):
+    """The one TextExampleGen of ``data.target_corpus`` (its text trains the target LM,
+    ULMFiT §3.2, or the causal-LM task; the vocabulary may count it too), or None."""
+    if not recipe["data"].get("target_corpus"):
+        return None
+    component_id = "LMFineTuningExampleGen" if recipe.get("lm_finetuning") else "TargetExampleGen"
+    return TextExampleGen(input_config=_absolute_paths(recipe["data"]["target_corpus"])
+                          ).with_id(component_id)
+
+
+def _pretraining_stage(recipe: dict, target_gen=None):
     """The components that produce the model fine-tuning starts from: learned from the
     corpus (vocabulary, examples, Pretrainer) or imported from a published checkpoint.
-    Returns ``(components, model channel, vocabulary channel or None)``."""
+    Returns ``(components, model channel, vocabulary channel or None)``; ``target_gen``
+    (`_target_corpus_gen`) is among the components when the vocabulary counts its text."""
     pretraining = recipe["pretraining"] or {}
     if pretraining.get("init_checkpoint"):
         importer = CheckpointImporter(
@@ -154,20 +173,24 @@ def _pretraining_stage(recipe: dict):
     corpus_gen = TextExampleGen(
         input_config=_absolute_paths(recipe["data"]["corpus"])).with_id("CorpusExampleGen")
     tokenizer = recipe["tokenizer"]
+    counted = [corpus_gen]
+    if "target_corpus" in tokenizer.get("learn_from", ()):
+        counted.append(target_gen)
     vocabulary_gen = VocabularyGen(
         examples=corpus_gen.outputs["examples"], kind=tokenizer["kind"],
         vocab_size=tokenizer["vocab_size"], lowercase=tokenizer["lowercase"],
         strip_accents=tokenizer["strip_accents"], min_frequency=tokenizer["min_frequency"],
-        special_tokens=models.get(recipe["architecture"]).special_tokens)
+        special_tokens=models.get(recipe["architecture"]).special_tokens,
+        extra_examples=counted[1].outputs["examples"] if len(counted) > 1 else None)
     if recipe["pretraining"] is None:  # trained from scratch on the task (e.g. RNNsearch)
         initializer = BackboneInitializer(
             vocabulary_gen.outputs["vocabulary"], recipe["architecture"], recipe["preset"],
             recipe["overrides"], recipe["runtime"]["seed"])
-        return ([corpus_gen, vocabulary_gen, initializer], initializer.outputs["model"],
+        return ([*counted, vocabulary_gen, initializer], initializer.outputs["model"],
                 vocabulary_gen.outputs["vocabulary"], None)
     pretraining_gen = _lm_example_gen(recipe, corpus_gen.outputs["examples"],
                                       vocabulary_gen.outputs["vocabulary"])
-    components = [corpus_gen, vocabulary_gen, pretraining_gen]
+    components = [*counted, vocabulary_gen, pretraining_gen]
     examples = pretraining_gen.outputs["pretraining_examples"]
     if not recipe.get("teacher"):
         pretrainer = _trainer(recipe, "pretraining", examples).with_id("Pretrainer")
@@ -193,38 +216,41 @@ def _teacher_stage(recipe: dict, corpus, vocabulary) -> list:
     return [examples, trainer]
 
 
-def _target_lm_stage(recipe: dict, vocabulary, pretrained_model) -> list:
+def _target_lm_stage(recipe: dict, vocabulary, pretrained_model, target_gen) -> list:
     """ULMFiT §3.2: the pretrained LM fine-tuned on the target task's text
-    (``data.target_corpus``) with the ``lm_finetuning`` settings before the task fine-tuning;
-    the FineTuner starts from the last component's model."""
-    target_gen = TextExampleGen(input_config=_absolute_paths(recipe["data"]["target_corpus"])
-                                ).with_id("LMFineTuningExampleGen")
+    (``data.target_corpus``, ingested by ``target_gen``) with the ``lm_finetuning`` settings
+    before the task fine-tuning; the FineTuner starts from the last component's model."""
     target_lm_gen = _lm_example_gen(recipe, target_gen.outputs["examples"], vocabulary
                                     ).with_id("LMFineTuningLMExampleGen")
-    return [target_gen, target_lm_gen, _trainer(
+    return [target_lm_gen, _trainer(
         recipe, "lm_finetuning", target_lm_gen.outputs["pretraining_examples"],
         base_model=pretrained_model).with_id("TargetLMFineTuner")]
 
 
 def create_components(recipe: dict, serving_dir: str) -> list:
-    components, pretrained_model, vocabulary, teacher = _pretraining_stage(recipe)
+    target_gen = _target_corpus_gen(recipe)
+    components, pretrained_model, vocabulary, teacher = _pretraining_stage(recipe, target_gen)
+
+    def ingested_target():  # the target corpus's examples, its ExampleGen added once
+        if target_gen not in components:
+            components.append(target_gen)
+        return target_gen.outputs["examples"]
+
     if recipe.get("lm_finetuning"):
-        components += _target_lm_stage(recipe, vocabulary, pretrained_model)
+        ingested_target()
+        components += _target_lm_stage(recipe, vocabulary, pretrained_model, target_gen)
         pretrained_model = components[-1].outputs["model"]
     task = task_record(recipe)
     if task_kinds.for_recipe(recipe["finetuning"]["task"]).data_section == "task":
-        task_gen = TextExampleGen(
-            input_config=task_input_config(recipe["data"]["task"])).with_id("TaskExampleGen")
+        task_gen = TextExampleGen(input_config=task_input_config(
+            recipe["data"]["task"], (task or {}).get("num_classes"))).with_id("TaskExampleGen")
         task_examples = task_gen.outputs["examples"]
         components.append(task_gen)
     else:
-        target_gen = TextExampleGen(
-            input_config=_absolute_paths(recipe["data"]["target_corpus"])
-        ).with_id("TargetExampleGen")
-        target_lm_gen = _lm_example_gen(recipe, target_gen.outputs["examples"], vocabulary
+        target_lm_gen = _lm_example_gen(recipe, ingested_target(), vocabulary
                                         ).with_id("TargetLMExampleGen")
         task_examples = target_lm_gen.outputs["pretraining_examples"]
-        components += [target_gen, target_lm_gen]
+        components.append(target_lm_gen)
 
     if teacher is not None and recipe["teacher"]["task_distillation"]:
         # TinyBERT §3.2: the teacher is fine-tuned on the task, then the general student is

@@ -215,6 +215,26 @@ def test_malformed_tsv_rows_are_skipped(tmp_path):
         (b"another fine row", 0), (b"fine row", 1)]
 
 
+def test_labels_outside_the_tasks_classes_are_malformed(tmp_path):
+    """Issue 18: a label 7 or -1 in a 2-class task is caught at ingestion (counted and
+    skipped), not by a TensorFlow traceback in the FineTuner."""
+    (tmp_path / "rows.tsv").write_text(
+        "sentence\tlabel\n" "fine row\t1\n" "seven\t7\n" "minus one\t-1\n" "zero\t0\n"
+        "two\t2\n")
+    config = {"format": "tsv", "label_column": "label",
+              "splits": {"train": str(tmp_path / "rows.tsv")}}
+    report = ingest({**config, "num_classes": 2}, str(tmp_path / "out"))
+    assert bad_counts(report["splits"]["train"]) == {"malformed": 3}
+    assert sorted(example["label"][0] for example in read_examples(tmp_path / "out", "train")
+                  ) == [0, 1]
+    assert ingest(config, str(tmp_path / "any"))["splits"]["train"]["good"] == 5
+    for bad in (0, "2", True):
+        with pytest.raises(ValueError, match="num_classes"):
+            ingest({**config, "num_classes": bad}, str(tmp_path / "bad"))
+    with pytest.raises(ValueError, match="num_classes"):
+        ingest({**config, "label_type": "float", "num_classes": 2}, str(tmp_path / "bad"))
+
+
 def test_csv_with_bom_and_quoted_fields(tmp_path):
     (tmp_path / "data.csv").write_bytes(
         formats.UTF8_BOM + b'text,label\r\n"Hello, ""world""",1\r\n"two\r\nlines",0\r\nbad,x\r\n')

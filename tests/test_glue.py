@@ -265,6 +265,10 @@ def test_glue_recipes_name_the_task_instead_of_columns():
     config = task_input_config(cola["data"]["task"])
     assert config["has_header"] is False and config["column_names"][1] == "label"
     assert config["splits"]["eval"].endswith("/glue/CoLA/dev.tsv")
+    # The pipeline bounds integer labels by the task's classes; regression takes any float.
+    assert task_input_config(cola["data"]["task"], 2)["num_classes"] == 2
+    assert "num_classes" not in task_input_config(stsb["data"]["task"], 1)
+    assert "num_classes" not in config
 
 
 @pytest.mark.parametrize("override, field, message", [

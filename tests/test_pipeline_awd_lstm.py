@@ -46,6 +46,25 @@ def test_lm_finetuning_stage_sits_between_pretraining_and_the_classifier(tmp_pat
     assert config["task_args"] == {"bptt": 24, "discriminative_factor": 2.6,
                                    "slanted_triangular": True}
     assert config["learning_rate"] == recipe["lm_finetuning"]["learning_rate"] == 0.004
+    # ULMFiT's vocabulary covers the target task's words: VocabularyGen counts the target
+    # corpus too, ingested once and shared with the target LM stage.
+    assert recipe["tokenizer"]["learn_from"] == ["corpus", "target_corpus"]
+    vocabulary_inputs = components["VocabularyGen"].inputs
+    assert vocabulary_inputs["examples"].producer_component_id == "CorpusExampleGen"
+    assert vocabulary_inputs["extra_examples"].producer_component_id == \
+        "LMFineTuningExampleGen"
+    ids = [c.id for c in create_components(recipe, str(tmp_path / "serving"))]
+    assert ids.count("LMFineTuningExampleGen") == 1
+    # The task's labels are bounded by its classes at ingestion (issue 18).
+    assert json.loads(components["TaskExampleGen"].exec_properties["input_config"])[
+        "num_classes"] == 2
+    corpus_only = _recipe(tmp_path, demo_data, ["tokenizer.learn_from=[corpus]"], name="e")
+    components = {c.id: c for c in create_components(corpus_only, str(tmp_path / "serving"))}
+    assert "extra_examples" not in components["VocabularyGen"].inputs
+    assert "LMFineTuningExampleGen" in components
+    for bad in ("[target_corpus]", "[corpus, corpus]", "[corpus, task]", "corpus"):
+        with pytest.raises(RecipeError, match="tokenizer.learn_from"):
+            _recipe(tmp_path, demo_data, [f"tokenizer.learn_from={bad}"], name=f"f{len(bad)}")
     no_stage = _recipe(tmp_path, demo_data, ["lm_finetuning=null"], name="b")
     ids = [c.id for c in create_components(no_stage, str(tmp_path / "serving"))]
     assert "TargetLMFineTuner" not in ids and "FineTuner" in ids

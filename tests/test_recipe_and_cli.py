@@ -28,12 +28,64 @@ def test_every_shipped_recipe_is_valid():
     ("runtime.strategy=magic", "runtime.strategy"),
     ("finetuning.text_features=[]", "finetuning.text_features"),
     ("runtime.beam.direct_num_workers=zero", "runtime.beam.direct_num_workers"),
+    # Sizes the architecture cannot take fail here, not deep inside a stage (issue 18).
+    ("finetuning.sequence_length=1024", "finetuning.sequence_length"),
+    ("objective.max_seq_length=600", "objective.max_seq_length"),
+    ("tokenizer.vocab_size=5", "tokenizer.vocab_size"),
+    ("overrides.num_heads=3", "overrides"),
+    ("overrides.num_layrs=1", "overrides"),
 ])
 def test_bad_values_name_the_field(assignment, field):
     with pytest.raises(RecipeError) as error:
         load_recipe("bert_tiny_sst2", [assignment])
     assert error.value.field == field
     assert f"'{field}'" in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("assignment, field, suggestion", [
+    ("pretrainng.steps=60", "pretrainng", "pretraining"),
+    ("finetuning.learning_rat=0.1", "finetuning.learning_rat", "finetuning.learning_rate"),
+    ("runtime.beam.direct_num_worker=3", "runtime.beam.direct_num_worker",
+     "runtime.beam.direct_num_workers"),
+    ("tokenizer.vocabsize=300", "tokenizer.vocabsize", "tokenizer.vocab_size"),
+    ("teacher.pretrainig.steps=3", "teacher.pretrainig", "teacher.pretraining"),
+    ("zzz=1", "zzz", None),
+])
+def test_unknown_keys_are_refused_with_the_closest_known_key(assignment, field, suggestion):
+    """Issue 18: a misspelt key would leave the defaults in force silently."""
+    with pytest.raises(RecipeError) as error:
+        load_recipe("distilbert_tiny_sst2" if "teacher" in assignment else "bert_tiny_sst2",
+                    [assignment])
+    assert error.value.field == field
+    message = str(error.value)
+    assert "unknown key" in message and "\n" not in message
+    if suggestion:
+        assert f"did you mean {suggestion}?" in message
+    else:
+        assert "known keys here" in message and "pretraining" in message
+
+
+def test_free_sections_and_kind_defaults_are_not_refused():
+    recipe = load_recipe("bert_tiny_sst2", ["overrides.num_layers=1",
+                                            "finetuning.task_args.anything=1",
+                                            "pretraining.task_args={x: 1}"])
+    assert recipe["overrides"]["num_layers"] == 1
+    assert load_recipe("word2vec_wikitext2", ["finetuning.nearest_neighbours=5"])[
+        "finetuning"]["nearest_neighbours"] == 5
+    assert load_recipe("ulmfit_sst2", ["lm_finetuning.clip_norm=0.5"])[
+        "lm_finetuning"]["clip_norm"] == 0.5
+    with pytest.raises(RecipeError, match="lm_finetuning.init_checkpoint"):
+        load_recipe("ulmfit_sst2", ["lm_finetuning.init_checkpoint=x"])
+
+
+def test_size_limits_follow_the_overrides():
+    recipe = load_recipe("bert_tiny_sst2", ["finetuning.sequence_length=1024",
+                                            "overrides.max_sequence_length=1024"])
+    assert recipe["finetuning"]["sequence_length"] == 1024
+    with pytest.raises(RecipeError, match="512 positions of bert preset 'tiny'"):
+        load_recipe("bert_tiny_sst2", ["finetuning.sequence_length=513"])
+    with pytest.raises(RecipeError, match="at least 6"):  # BERT's 5 special tokens + 1
+        load_recipe("bert_tiny_sst2", ["tokenizer.vocab_size=5"])
 
 
 def test_overrides_apply():

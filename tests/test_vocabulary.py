@@ -11,7 +11,7 @@ from tfx.types import artifact_utils, channel, standard_artifacts
 from lmfactory.components.artifacts import Vocabulary
 from lmfactory.components.vocabulary import (Executor, VocabularyConfig, VocabularyGen,
                                              bpe, learn_vocabulary)
-from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
+from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config, word_counts
 
 TRAIN_LINES = 1500
 LINES_PER_DOCUMENT = 5
@@ -302,6 +302,36 @@ def test_executor_do_writes_a_vocabulary_artifact(tmp_path, examples_uri):
     assert vocabulary.get_int_custom_property("vocabulary_size") == len(tokens)
     tokenizer = load_tokenizer(vocabulary.uri)
     assert tokenizer.id_to_token(_as_list(tokenizer.tokenize("The"))[0]) == "The"
+
+
+def _word_counts(vocab_dir):
+    return dict(zip(_read_lines(os.path.join(vocab_dir, "vocab.txt")),
+                    word_counts(vocab_dir).tolist()))
+
+
+def test_extra_examples_are_counted_with_the_corpus(tmp_path, examples_uri):
+    """A second Examples artifact (e.g. ULMFiT's target-task text): its words are counted
+    together with the corpus's, from the same splits only."""
+    extra = str(tmp_path / "extra")
+    _write_split(extra, "small", ["zyzzyva quokka\nzyzzyva quokka", "zyzzyva"])
+    _write_split(extra, "eval", ["heldoutword heldoutword heldoutword"])
+    vocabulary = Vocabulary()
+    vocabulary.uri = str(tmp_path / "vocabulary")
+    properties = {"kind": "word", "vocab_size": 5000, "splits": json.dumps(["small"]),
+                  "min_frequency": 2}
+    Executor().Do({"examples": [_examples_artifact(examples_uri)],
+                   "extra_examples": [_examples_artifact(extra, splits=("small", "eval"))]},
+                  {"vocabulary": [vocabulary]}, properties)
+    counts = _word_counts(vocabulary.uri)
+    assert counts["zyzzyva"] == 3 and counts["quokka"] == 2
+    assert "heldoutword" not in counts  # the eval split is not learned from
+    alone = Vocabulary()
+    alone.uri = str(tmp_path / "alone")
+    Executor().Do({"examples": [_examples_artifact(examples_uri)]}, {"vocabulary": [alone]},
+                  properties)
+    alone_counts = _word_counts(alone.uri)
+    assert "zyzzyva" not in alone_counts
+    assert counts["the"] == alone_counts["the"]  # the corpus's own counts are unchanged
 
 
 def test_executor_rejects_a_split_without_records(tmp_path, examples_uri):

@@ -80,6 +80,9 @@ class FormatOptions:
     label_type: str = "int"
     text_key: Optional[str] = None
     max_record_chars: int = DEFAULT_MAX_RECORD_CHARS
+    # An int label must be a class id in [0, num_classes) (a classification task's);
+    # None = any integer.
+    num_classes: Optional[int] = None
 
     @property
     def max_line_bytes(self) -> int:
@@ -224,8 +227,10 @@ def make_example(features: Mapping[str, feature_pb2.Feature]) -> example_pb2.Exa
     return example_pb2.Example(features=feature_pb2.Features(feature=dict(features)))
 
 
-def parse_label(value: Any, label_type: str) -> Union[feature_pb2.Feature, BadRecord]:
-    """A label (a string or a JSON/NumPy number) as an int64 or float feature."""
+def parse_label(value: Any, label_type: str,
+                num_classes: Optional[int] = None) -> Union[feature_pb2.Feature, BadRecord]:
+    """A label (a string or a JSON/NumPy number) as an int64 or float feature; an int label
+    outside [0, ``num_classes``) is a malformed record."""
     if isinstance(value, bytes):
         value = value.decode("utf-8", errors="replace")
     if isinstance(value, np.generic):
@@ -242,7 +247,11 @@ def parse_label(value: Any, label_type: str) -> Union[feature_pb2.Feature, BadRe
             value = int(value)
         if isinstance(value, float):
             raise ValueError(f"not an integer: {value!r}")
-        return int64_feature([int(value.strip() if isinstance(value, str) else value)])
+        label = int(value.strip() if isinstance(value, str) else value)
+        if num_classes is not None and not 0 <= label < num_classes:
+            raise ValueError(f"not a class id of the task's {num_classes} classes "
+                             f"[0, {num_classes})")
+        return int64_feature([label])
     except (TypeError, ValueError, OverflowError) as error:
         return BadRecord(MALFORMED, f"bad {label_type} label {value!r}: {error}")
 
@@ -304,7 +313,7 @@ def parse_table_row(payload: Optional[bytes], columns: Sequence[str],
 
 def _column_feature(column: str, value: str, options: FormatOptions):
     if column == options.label_key:
-        return LABEL_FEATURE, parse_label(value, options.label_type)
+        return LABEL_FEATURE, parse_label(value, options.label_type, options.num_classes)
     if column == options.text_key:
         return TEXT_FEATURE, _text_feature_or_bad(value)
     return column, bytes_feature([value.encode("utf-8")])
@@ -394,7 +403,7 @@ def record_to_example(record: Mapping[str, Any], options: FormatOptions) -> Pars
 
 def _record_feature(key: str, value: Any, options: FormatOptions):
     if key == options.label_key:
-        return LABEL_FEATURE, parse_label(value, options.label_type)
+        return LABEL_FEATURE, parse_label(value, options.label_type, options.num_classes)
     if key == options.text_key:
         return TEXT_FEATURE, _text_feature_or_bad(_as_text(value))
     return key, value_to_feature(value)

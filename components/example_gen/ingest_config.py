@@ -11,8 +11,10 @@ EVAL_SPLIT = "eval"
 DEFAULT_EVAL_FRACTION = 0.1
 
 _COMMON_KEYS = {"format", "splits", "path", "eval_fraction", "max_record_chars"}
-_FILE_KEYS = {"column_names", "has_header", "label_column", "label_type", "text_field"}
-_TFDS_KEYS = {"name", "data_dir", "tfds_splits", "text_feature", "label_feature", "label_type"}
+_FILE_KEYS = {"column_names", "has_header", "label_column", "label_type", "text_field",
+              "num_classes"}
+_TFDS_KEYS = {"name", "data_dir", "tfds_splits", "text_feature", "label_feature", "label_type",
+              "num_classes"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +78,8 @@ def _format_options(raw: Mapping[str, Any]) -> formats.FormatOptions:
         label_key=raw.get("label_feature" if is_tfds else "label_column"),
         label_type=raw.get("label_type", "int"),
         text_key=raw.get("text_feature" if is_tfds else "text_field"),
-        max_record_chars=raw.get("max_record_chars", formats.DEFAULT_MAX_RECORD_CHARS))
+        max_record_chars=raw.get("max_record_chars", formats.DEFAULT_MAX_RECORD_CHARS),
+        num_classes=raw.get("num_classes"))
     _check_format_options(options)
     return options
 
@@ -85,6 +88,12 @@ def _check_format_options(options: formats.FormatOptions) -> None:
     if options.label_type not in formats.LABEL_TYPES:
         raise ValueError(f"input_config label_type {options.label_type!r}: expected one of "
                          f"{formats.LABEL_TYPES}")
+    if options.num_classes is not None and (
+            isinstance(options.num_classes, bool) or not isinstance(options.num_classes, int)
+            or options.num_classes < 1 or options.label_type != "int"):
+        raise ValueError(f"input_config num_classes must be a positive int and needs "
+                         f"label_type int, got {options.num_classes!r} "
+                         f"({options.label_type} labels)")
     if not isinstance(options.max_record_chars, int) or options.max_record_chars <= 0:
         raise ValueError(f"input_config max_record_chars must be a positive int, got "
                          f"{options.max_record_chars!r}")

@@ -20,7 +20,8 @@ from tfx.types import standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
 from lmfactory.components.artifacts import Vocabulary
-from lmfactory.components.vocabulary.executor import EXAMPLES_KEY, VOCABULARY_KEY, Executor
+from lmfactory.components.vocabulary.executor import (EXAMPLES_KEY, EXTRA_EXAMPLES_KEY,
+                                                      VOCABULARY_KEY, Executor)
 
 
 class VocabularyGenSpec(types.ComponentSpec):
@@ -37,12 +38,15 @@ class VocabularyGenSpec(types.ComponentSpec):
         "max_unique_words": ExecutionParameter(type=int, optional=True),
         "special_tokens": ExecutionParameter(type=str, optional=True),
     }
-    INPUTS = {EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples)}
+    INPUTS = {EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
+              EXTRA_EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples,
+                                                   optional=True)}
     OUTPUTS = {VOCABULARY_KEY: ChannelParameter(type=Vocabulary)}
 
 
 class VocabularyGen(base_beam_component.BaseBeamComponent):
-    """Learns a sub-word vocabulary from the text features of an Examples artifact."""
+    """Learns a sub-word vocabulary from the text features of an Examples artifact (and,
+    optionally, of a second one: e.g. ULMFiT's target-task text beside the general corpus)."""
 
     SPEC_CLASS = VocabularyGenSpec
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
@@ -51,7 +55,8 @@ class VocabularyGen(base_beam_component.BaseBeamComponent):
                  text_features: Sequence[str] = ("text",), splits: Sequence[str] = ("train",),
                  lowercase: bool = True, strip_accents: bool = True, min_frequency: int = 2,
                  max_unique_words: int = 1_000_000,
-                 special_tokens: Mapping[str, str] | None = None):
+                 special_tokens: Mapping[str, str] | None = None,
+                 extra_examples: types.BaseChannel | None = None):
         """Args:
           examples: channel of ``Examples`` (GZIP TFRecords of tf.train.Example).
           kind: "wordpiece" (BERT), "bpe" (GPT-2 / RoBERTa byte-level BPE),
@@ -75,6 +80,9 @@ class VocabularyGen(base_beam_component.BaseBeamComponent):
             [SEP] [MASK]. BPE
             with encoder roles (e.g. RoBERTa's {"cls": "<s>", "pad": "<pad>", "sep": "</s>",
             "unk": "<unk>", "mask": "<mask>"}) puts them at the first ids.
+          extra_examples: an optional second channel of ``Examples`` whose same splits and
+            text features are counted together with ``examples``' (one vocabulary over
+            both, e.g. the general corpus and the target task's text).
         """
         spec = VocabularyGenSpec(
             examples=examples, vocabulary=types.Channel(type=Vocabulary), kind=kind,
@@ -82,5 +90,6 @@ class VocabularyGen(base_beam_component.BaseBeamComponent):
             splits=json.dumps(list(splits)), lowercase=bool(lowercase),
             strip_accents=bool(strip_accents), min_frequency=min_frequency,
             max_unique_words=max_unique_words,
-            special_tokens=None if special_tokens is None else json.dumps(dict(special_tokens)))
+            special_tokens=None if special_tokens is None else json.dumps(dict(special_tokens)),
+            **({EXTRA_EXAMPLES_KEY: extra_examples} if extra_examples is not None else {}))
         super().__init__(spec=spec)

@@ -29,6 +29,7 @@ from lmfactory.components.vocabulary.learners import LEARNERS
 from lmfactory.models import tokenizers
 
 EXAMPLES_KEY = "examples"
+EXTRA_EXAMPLES_KEY = "extra_examples"  # optional: a second corpus counted with the first
 VOCABULARY_KEY = "vocabulary"
 _LINES_PER_BATCH = 512
 
@@ -243,6 +244,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         vocabulary = artifact_utils.get_single_instance(output_dict[VOCABULARY_KEY])
         config = VocabularyConfig.from_exec_properties(exec_properties)
         file_patterns = split_file_patterns(examples, config.splits)
+        for extra in input_dict.get(EXTRA_EXAMPLES_KEY) or []:
+            file_patterns.update({f"extra {split}": pattern for split, pattern in
+                                  split_file_patterns(extra, config.splits).items()})
         with self._make_beam_pipeline() as pipeline:
             add_vocabulary_pipeline(pipeline, file_patterns, vocabulary.uri, config)
         vocabulary.set_string_custom_property("kind", config.kind)

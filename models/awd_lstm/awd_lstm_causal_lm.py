@@ -12,7 +12,8 @@ from lmfactory.models.awd_lstm.ulmfit_schedule import (backbone_groups, group_sc
 from lmfactory.models.awd_lstm.variable_bptt import sample_sequence_length
 from lmfactory.models.generation import CausalLMGeneration
 from lmfactory.models.gpt2.gpt2_causal_lm import tied_logits
-from lmfactory.models.task_losses import sum_over_replicas, track_loss, with_regularization
+from lmfactory.models.task_losses import (next_token_loss, sum_over_replicas, track_loss,
+                                          with_regularization)
 from lmfactory.models.task_model import SubclassedTask
 
 CAUSAL_LM_INPUTS = ("token_ids", "padding_mask")
@@ -142,13 +143,8 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
     def objective(self, x, y, sample_weight, predictions, regularize=True):
         """NLL (+ AR + TAR with ``regularize``) of ``predictions`` against next ids ``y``;
         updates the metrics."""
-        y = ops.cast(y, "int32")
-        weights = ops.ones(ops.shape(y), "float32") if sample_weight is None \
-            else ops.cast(sample_weight, "float32")
-        nll = keras.losses.sparse_categorical_crossentropy(
-            y, ops.cast(predictions["logits"], "float32"), from_logits=True)
-        loss = ops.sum(weights * nll) / ops.maximum(sum_over_replicas(ops.sum(weights)), 1e-9)
-        self.nll_tracker.update_state(nll, sample_weight=weights)
+        loss = next_token_loss(ops.cast(y, "int32"), predictions["logits"], sample_weight,
+                               self.nll_tracker)
         if regularize:
             mask = x["padding_mask"]
             ar = activation_regularization(

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from lmfactory.models.generation import CausalLMGeneration
-from lmfactory.models.task_losses import sum_over_replicas, with_regularization
+from lmfactory.models.task_losses import next_token_loss, with_regularization
 from lmfactory.models.task_model import Task, int_inputs
 
 CAUSAL_LM_INPUTS = ("token_ids", "padding_mask")
@@ -101,15 +101,7 @@ class GPT2CausalLM(CausalLMGeneration, Task):
         self._generation_state()
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        logits = ops.cast(y_pred, "float32")
-        nll = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-        if sample_weight is None:
-            weights = ops.ones(ops.shape(nll), dtype="float32")
-        else:
-            weights = ops.cast(sample_weight, "float32")
-        # max(., 1e-9): a batch that is all padding contributes 0 instead of NaN.
-        loss = ops.sum(weights * nll) / ops.maximum(sum_over_replicas(ops.sum(weights)), 1e-9)
-        self.nll_tracker.update_state(nll, sample_weight=weights)
+        loss = next_token_loss(y, y_pred, sample_weight, self.nll_tracker)
         return with_regularization(self, loss)
 
     def call_with_state(self, token_ids, state, index):

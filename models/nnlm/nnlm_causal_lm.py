@@ -7,7 +7,7 @@ from keras import ops
 
 from lmfactory.models.generation import CausalLMGeneration
 from lmfactory.models.nnlm.nnlm_backbone import NNLM_INPUTS
-from lmfactory.models.task_losses import sum_over_replicas
+from lmfactory.models.task_losses import next_token_loss
 from lmfactory.models.task_model import Task, int_inputs
 
 # §4: "a weight decay penalty of 10^-4".
@@ -80,15 +80,7 @@ class NnlmCausalLM(CausalLMGeneration, Task):
         return 0.5 * self.weight_decay * ops.sum(ops.stack(squares))
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        logits = ops.cast(y_pred, "float32")
-        nll = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-        if sample_weight is None:
-            weights = ops.ones(ops.shape(nll), dtype="float32")
-        else:
-            weights = ops.cast(sample_weight, "float32")
-        # max(., 1e-9): a batch that is all padding contributes 0 instead of NaN.
-        loss = ops.sum(weights * nll) / ops.maximum(sum_over_replicas(ops.sum(weights)), 1e-9)
-        self.nll_tracker.update_state(nll, sample_weight=weights)
+        loss = next_token_loss(y, y_pred, sample_weight, self.nll_tracker)
         penalty = self.weight_decay_penalty()
         self.penalty_tracker.update_state(penalty)
         # Each replica adds its share: the replicas' gradients sum to one penalty's.
