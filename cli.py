@@ -175,13 +175,29 @@ def _compile(args, recipe) -> str:
     return output
 
 
+# What bad or missing data raises in a stage (a file that is missing, empty, a directory,
+# of the wrong shape or encoding): reported in one line like a recipe error; -v re-raises.
+DATA_ERRORS = (OSError, ValueError)
+
+
+def _one_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
 def _run_local(args, recipe) -> int:
     from lmfactory.pipelines import runners
 
     started = time.time()
     print(f"Running recipe {recipe['name']} ({recipe['architecture']}/{recipe['preset']}) "
           f"locally; outputs under {os.path.abspath(args.output_dir)}", flush=True)
-    summary = runners.run_local(recipe, args.output_dir, enable_cache=not args.no_cache)
+    try:
+        summary = runners.run_local(recipe, args.output_dir, enable_cache=not args.no_cache)
+    except DATA_ERRORS as error:
+        if args.verbose:
+            raise
+        print(f"lmfactory: {_one_line(error)} (-v shows the traceback)", file=sys.stderr)
+        return 2
     minutes = (time.time() - started) / 60
     outcome = summary["evaluation"]
     print(f"\n== Finished in {minutes:.1f} min")
@@ -211,7 +227,11 @@ def main(argv=None) -> int:
         print(f"recipe {recipe['name']} is valid")
         return 0
     if args.command == "compile" or args.runner == "vertex":
-        output = _compile(args, recipe)
+        try:
+            output = _compile(args, recipe)
+        except RecipeError as error:  # e.g. gs:// data without credentials
+            print(f"lmfactory: {error}", file=sys.stderr)
+            return 2
         if args.command == "run":
             from lmfactory.pipelines import runners
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 from tfx import v1 as tfx
+from tfx.dsl.components.base import executor_spec
 
 from lmfactory import models
 from lmfactory.components import tasks as task_kinds
@@ -29,7 +30,9 @@ from lmfactory.components.example_gen import glue
 from lmfactory.components.example_gen.component import TextExampleGen
 from lmfactory.components.model_init.component import BackboneInitializer
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
+from lmfactory.components.pusher import executor as pusher_executor
 from lmfactory.components.vocabulary.component import VocabularyGen
+from lmfactory.pipelines import remote_data
 from lmfactory.recipe import DEFAULTS, OPTIMIZER_DEFAULTS, beam_pipeline_args
 
 RUN_FN = "lmfactory.components.trainer.run_fn.run_fn"
@@ -228,6 +231,7 @@ def _target_lm_stage(recipe: dict, vocabulary, pretrained_model, target_gen) -> 
 
 
 def create_components(recipe: dict, serving_dir: str) -> list:
+    remote_data.check_credentials(recipe)  # before anything lists a gs:// file
     target_gen = _target_corpus_gen(recipe)
     components, pretrained_model, vocabulary, teacher = _pretraining_stage(recipe, target_gen)
 
@@ -278,6 +282,7 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         max_batches=evaluation["max_batches"])
     pusher = tfx.components.Pusher(
         model=finetuner.outputs["model"], model_blessing=evaluator.outputs["blessing"],
+        custom_executor_spec=executor_spec.ExecutorClassSpec(pusher_executor.Executor),
         push_destination=tfx.proto.PushDestination(
             filesystem=tfx.proto.PushDestination.Filesystem(
                 base_directory=os.path.join(serving_dir, recipe["serving"]["model_name"]))))

@@ -10,6 +10,7 @@ import os
 
 from tfx import v1 as tfx
 
+from lmfactory.pipelines import beam_workers
 from lmfactory.pipelines.pipeline import create_pipeline
 
 DEFAULT_IMAGE = "gcr.io/tfx-oss-public/tfx:1.16.0"
@@ -24,6 +25,7 @@ def local_layout(recipe: dict, output_dir: str) -> dict:
 
 def run_local(recipe: dict, output_dir: str = "runs", enable_cache: bool = True) -> dict:
     """Runs the pipeline locally; returns the evaluation outcome and the pushed model path."""
+    beam_workers.install()  # Beam's worker processes die with this one, even on SIGKILL
     layout = local_layout(recipe, output_dir)
     pipeline = create_pipeline(recipe, layout["pipeline_root"], layout["serving_dir"],
                                metadata_path=layout["metadata_path"], enable_cache=enable_cache)

@@ -112,3 +112,18 @@ def test_console_script_reports_a_bad_field_in_one_line():
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "lmfactory: recipe field 'finetuning.batch_size': must be a positive integer, got 0")
+
+
+def test_console_script_reports_a_data_error_in_one_line(tmp_path):
+    """Issue 18: a missing or malformed data file stops the run with one line, like a bad
+    recipe value; -v shows the traceback."""
+    missing = tmp_path / "missing.txt"
+    result = subprocess.run(
+        [sys.executable, "-m", "lmfactory.cli", "run", "bert_tiny_sst2", "--output-dir",
+         str(tmp_path / "out"), "--set", f"data.corpus.path={missing}"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"lmfactory: No input files match '{missing}' (-v shows the traceback)")
+

@@ -1,0 +1,87 @@
+"""Issue 18: `kill -9` of a process running a multi-process Beam DirectRunner pipeline must
+not leave the SDK worker processes behind (pipelines/beam_workers.py)."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+SCRIPT = textwrap.dedent("""
+    import sys, time
+    import apache_beam as beam
+    from lmfactory.pipelines import beam_workers
+
+    if sys.argv[1] == "install":
+        assert beam_workers.install()
+
+    def wait(element):
+        time.sleep(120)
+        return element
+
+    options = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    with beam.Pipeline(argv=options) as pipeline:
+        _ = pipeline | beam.Create(list(range(4))) | beam.Reshuffle() | beam.Map(wait)
+""")
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _is_worker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return b"sdk_worker_main" in cmdline.read()
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _kill_parent_and_watch_workers(tmp_path, mode):
+    script = tmp_path / "pipeline.py"
+    script.write_text(SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script), mode],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers = []
+    try:
+        deadline = time.time() + 240
+        while len(workers) < 2 and time.time() < deadline and parent.poll() is None:
+            time.sleep(0.5)
+            workers = [pid for pid in _children(parent.pid) if _is_worker(pid)]
+        assert len(workers) == 2, "the pipeline never started its two SDK workers"
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    deadline = time.time() + 20
+    while any(map(_alive, workers)) and time.time() < deadline:
+        time.sleep(0.2)
+    survivors = [pid for pid in workers if _alive(pid)]
+    for pid in survivors:  # never leave them behind, whatever the outcome
+        os.kill(pid, signal.SIGKILL)
+    return workers, survivors
+
+
+def test_sdk_workers_die_with_a_killed_parent(tmp_path):
+    workers, survivors = _kill_parent_and_watch_workers(tmp_path, "install")
+    assert len(workers) == 2 and survivors == []
