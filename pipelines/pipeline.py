@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 from tfx import v1 as tfx
+from tfx.dsl.components.base import executor_spec
 
 from lmfactory import models
 from lmfactory.components import tasks as task_kinds
@@ -29,6 +30,7 @@ from lmfactory.components.example_gen import glue
 from lmfactory.components.example_gen.component import TextExampleGen
 from lmfactory.components.model_init.component import BackboneInitializer
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
+from lmfactory.components.pusher import executor as pusher_executor
 from lmfactory.components.vocabulary.component import VocabularyGen
 from lmfactory.pipelines import remote_data
 from lmfactory.recipe import DEFAULTS, OPTIMIZER_DEFAULTS, beam_pipeline_args
@@ -280,6 +282,7 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         max_batches=evaluation["max_batches"])
     pusher = tfx.components.Pusher(
         model=finetuner.outputs["model"], model_blessing=evaluator.outputs["blessing"],
+        custom_executor_spec=executor_spec.ExecutorClassSpec(pusher_executor.Executor),
         push_destination=tfx.proto.PushDestination(
             filesystem=tfx.proto.PushDestination.Filesystem(
                 base_directory=os.path.join(serving_dir, recipe["serving"]["model_name"]))))

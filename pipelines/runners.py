@@ -10,7 +10,7 @@ import os
 
 from tfx import v1 as tfx
 
-from lmfactory.pipelines import beam_workers
+from lmfactory.pipelines import beam_workers, local_state
 from lmfactory.pipelines.pipeline import create_pipeline
 
 DEFAULT_IMAGE = "gcr.io/tfx-oss-public/tfx:1.16.0"
@@ -27,10 +27,13 @@ def run_local(recipe: dict, output_dir: str = "runs", enable_cache: bool = True)
     """Runs the pipeline locally; returns the evaluation outcome and the pushed model path."""
     beam_workers.install()  # Beam's worker processes die with this one, even on SIGKILL
     layout = local_layout(recipe, output_dir)
-    pipeline = create_pipeline(recipe, layout["pipeline_root"], layout["serving_dir"],
-                               metadata_path=layout["metadata_path"], enable_cache=enable_cache)
-    tfx.orchestration.LocalDagRunner().run(pipeline)
-    return summarize_local_run(recipe, layout)
+    with local_state.exclusive(os.path.dirname(layout["pipeline_root"])):
+        local_state.clean_incomplete_outputs(layout["pipeline_root"], layout["metadata_path"])
+        pipeline = create_pipeline(recipe, layout["pipeline_root"], layout["serving_dir"],
+                                   metadata_path=layout["metadata_path"],
+                                   enable_cache=enable_cache)
+        tfx.orchestration.LocalDagRunner().run(pipeline)
+        return summarize_local_run(recipe, layout)
 
 
 def _newest(pattern: str) -> str | None:

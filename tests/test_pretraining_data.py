@@ -522,3 +522,21 @@ def test_component_spec():
     with pytest.raises(ValueError):
         PretrainingExampleGen(examples=channel.Channel(type=standard_artifacts.Examples),
                               vocabulary=channel.Channel(type=Vocabulary), max_seqlen=3)
+
+
+def test_dropped_documents_and_sentences_are_counted_with_their_reason(corpus, tmp_path):
+    """Issue 18: every document or sentence the stage leaves out is counted, by reason."""
+    texts = corpus["texts"][:20]
+    bad = ["   \n  ", "\x07\n\x08\x01", texts[0] + "\n\x07"]  # empty; no tokens; one bad line
+    write_examples(str(tmp_path / "examples" / "Split-train"), texts[1:] + bad)
+    counts = generate_pretraining_examples(
+        {"train": str(tmp_path / "examples" / "Split-train")}, corpus["wordpiece"],
+        str(tmp_path / "out"), {"dupe_factor": 1}, beam_pipeline_args=BEAM_ARGS)["train"]
+    assert counts["documents"] == 20  # texts[1:] and texts[0] with its bad line left out
+    assert counts["dropped_empty_documents"] == 1
+    assert counts["dropped_documents_without_tokens"] == 1
+    assert counts["dropped_sentences_without_tokens"] == 3  # 2 in the dropped document
+    clean = generate_pretraining_examples(
+        {"train": corpus["inputs"]["train"]}, corpus["wordpiece"], str(tmp_path / "clean"),
+        {"dupe_factor": 1}, beam_pipeline_args=BEAM_ARGS)["train"]
+    assert not {key for key in clean if key.startswith("dropped_") and clean[key]}

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import h5py
+import numpy as np
 import pytest
 
 from lmfactory.components.example_gen import ingest
@@ -45,7 +47,8 @@ def bert_examples(tmp_path_factory, demo_data):
     return tmp, examples
 
 
-def _spec(tmp: Path, examples: Path, train_steps: int) -> dict:
+def _spec(tmp: Path, examples: Path, train_steps: int, run: str = "") -> dict:
+    tmp = tmp / run if run else tmp
     return {
         "train_files": [str(examples / "Split-train" / "*")],
         "eval_files": [str(examples / "Split-eval" / "*")],
@@ -57,6 +60,15 @@ def _spec(tmp: Path, examples: Path, train_steps: int) -> dict:
                           "overrides": {"max_sequence_length": 32},
                           "checkpoint_dir": str(tmp / "backup")},
     }
+
+
+def _weights(path: Path) -> dict:
+    """Every array of a Keras weights file, by its path inside the file."""
+    arrays = {}
+    with h5py.File(path, "r") as weights:
+        weights.visititems(lambda name, item: arrays.__setitem__(name, item[()])
+                           if isinstance(item, h5py.Dataset) else None)
+    return arrays
 
 
 def _epochs(output: str) -> list[int]:
@@ -97,3 +109,18 @@ def test_killed_training_resumes_from_last_checkpoint(bert_examples):
     metrics = json.loads((tmp / "Trainer" / "model_run" / "7" / "metrics.json").read_text())
     assert {"loss", "mlm_loss", "nsp_loss"} <= set(metrics)
     assert not metadata.exists()  # the backup is removed once training completes
+    assert f"Resuming from the checkpoint in {tmp / 'backup'} at step {saved_epoch * 10}" \
+        in output
+
+    # Exact resume (issue 18): the input continues after the batches the checkpointed steps
+    # trained on, so the final weights equal those of a run that was never killed.
+    uninterrupted = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("run_fn_check.py")),
+         json.dumps(_spec(tmp, examples, train_steps=250, run="uninterrupted"))],
+        capture_output=True, text=True, timeout=600)
+    assert uninterrupted.returncode == 0, (uninterrupted.stdout + uninterrupted.stderr)[-3000:]
+    resumed, straight = (_weights(folder / "keras" / "backbone.weights.h5") for folder in (
+        model, tmp / "uninterrupted" / "model"))
+    assert resumed.keys() == straight.keys() and len(resumed) > 10
+    worst = max(float(np.max(np.abs(resumed[name] - straight[name]))) for name in resumed)
+    assert worst <= 1e-6, f"resumed weights differ from the uninterrupted run by {worst:.3g}"

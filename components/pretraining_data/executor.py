@@ -59,7 +59,8 @@ def document_key(text: bytes) -> str:
 
 
 def shard_of(key: str, num_shards: int) -> int:
-    return int(key[:16], 16) % num_shards
+    """The shard of a document key; a dropped document (key ``""``) is counted in shard 0."""
+    return int(key[:16], 16) % num_shards if key else 0
 
 
 def resolve_num_shards(num_documents: int, config: dict) -> int:
@@ -73,16 +74,22 @@ def shard_file_name(shard: int, num_shards: int) -> str:
     return f"{DATA_FILE_PREFIX}-{shard:05d}-of-{num_shards:05d}.gz"
 
 
+# Why a document or a sentence contributes nothing; each is counted in the split's stats.
+DROPPED_EMPTY = "dropped_empty_documents"  # no text but whitespace
+DROPPED_NO_TOKENS = "dropped_documents_without_tokens"  # every sentence tokenizes to nothing
+DROPPED_SENTENCES = "dropped_sentences_without_tokens"  # within kept documents
+
+
 def _keyed_document(serialized: bytes):
-    """tf.Example with feature ``text`` -> ``(key, text)``; empty documents are dropped."""
+    """tf.Example with feature ``text`` -> ``(key, text)``; an empty document keeps its
+    place (key ``""``) so that the shard that gets it counts it as dropped."""
     example = tf.train.Example.FromString(serialized)
     if "text" not in example.features.feature:
         raise ValueError("PretrainingExampleGen needs corpus Examples with a bytes feature "
                          "'text' (CONTRACTS §1)")
     values = example.features.feature["text"].bytes_list.value
     text = values[0] if values else b""
-    if text.strip():
-        yield document_key(text), text
+    yield (document_key(text), text) if text.strip() else ("", b"")
 
 
 def document_sentences(text: bytes) -> list:
@@ -122,11 +129,15 @@ class _TokenizeDocuments(beam.DoFn):
                 for i in range(len(texts))]
 
     def process(self, batch):
-        yield from self._documents(batch)
+        """``(key, (document or None, drop counts))``: None for a dropped document."""
+        empty = [item for item in batch if not item[0]]
+        for _ in empty:
+            yield "", (None, {DROPPED_EMPTY: 1})
+        yield from self._documents([item for item in batch if item[0]])
 
     def _streams(self, batch):
         for (key, _), ids in zip(batch, self._token_arrays([t for _, t in batch])):
-            yield key, ids
+            yield key, ((ids, {}) if len(ids) else (None, {DROPPED_NO_TOKENS: 1}))
 
     def _sentence_lists(self, batch):
         sentences = [document_sentences(text) for _, text in batch]
@@ -135,8 +146,10 @@ class _TokenizeDocuments(beam.DoFn):
         for (key, _), doc in zip(batch, sentences):
             segments = [ids for ids in flat[start:start + len(doc)] if len(ids)]
             start += len(doc)
-            if segments:
-                yield key, segments
+            dropped = {DROPPED_SENTENCES: len(doc) - len(segments)} \
+                if len(segments) < len(doc) else {}
+            yield key, ((segments, dropped) if segments else
+                        (None, {**dropped, DROPPED_NO_TOKENS: 1}))
 
 
 # --------------------------------------------------------------------------- shards
@@ -159,11 +172,13 @@ class _WriteShard(beam.DoFn):
     def process(self, shard_and_documents, num_shards):
         shard, keyed_documents = shard_and_documents
         ordered = sorted(keyed_documents, key=lambda kv: kv[0])
-        documents = [doc for _, doc in ordered]
+        documents = [doc for _, (doc, _) in ordered if doc is not None]
+        dropped = _sum_counts(counts for _, (_, counts) in ordered)
         seed_scope = (self._config["random_seed"], self._split, shard)
         records, stats = self._objective.shard_examples(
-            documents, self._vocabulary_state, self._config, seed_scope)
-        stats.update(documents=len(documents), shards=1)
+            documents, self._vocabulary_state, self._config, seed_scope) if documents \
+            else ([], {})
+        stats.update(dropped, documents=len(documents), shards=int(bool(documents)))
         if records:
             _write_records(os.path.join(self._output_dir, shard_file_name(shard, num_shards)),
                            records)
@@ -200,6 +215,7 @@ def _add_split(pipeline, split: str, input_dir: str, output_dir: str, vocab_dir:
         | f"KeyDocuments[{split}]" >> beam.FlatMap(_keyed_document))
     num_shards = (
         documents
+        | f"NonEmpty[{split}]" >> beam.Filter(lambda keyed: bool(keyed[0]))
         | f"CountDocuments[{split}]" >> beam.combiners.Count.Globally()
         | f"NumShards[{split}]" >> beam.Map(resolve_num_shards, config))
     (documents

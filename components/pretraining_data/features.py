@@ -127,13 +127,20 @@ def make_dataset(file_pattern, pretraining_config: dict, batch_size: int, shuffl
     Ids are int32, ``padding_mask`` is bool, weights are float32 (the dtypes keras-nlp
     preprocessors produce).
     """
+    objective = objectives.get(pretraining_config["objective"])
+    if objective.ordered_streams:
+        return _ordered_dataset(file_pattern, pretraining_config, objective, batch_size,
+                                shuffle, repeat)
     if drop_remainder is None:
         drop_remainder = bool(shuffle or repeat)
+    # A seeded shuffle is reproduced exactly (a resumed training skips the batches it had
+    # trained on, run_fn._resume_input); an unseeded one may take records as they come.
+    deterministic = seed is not None or not shuffle
     files = tf.data.Dataset.list_files(file_pattern, shuffle=shuffle, seed=seed)
     records = files.interleave(
         lambda path: tf.data.TFRecordDataset(path, compression_type="GZIP"),
         cycle_length=tf.data.AUTOTUNE, num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=not shuffle)
+        deterministic=deterministic)
     if shuffle:
         records = records.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
     if repeat:
@@ -141,7 +148,37 @@ def make_dataset(file_pattern, pretraining_config: dict, batch_size: int, shuffl
     spec = feature_spec(pretraining_config)
     batches = records.batch(batch_size, drop_remainder=drop_remainder)
     parsed = batches.map(lambda serialized: tf.io.parse_example(serialized, spec),
-                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
+                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     to_keras = objectives.get(pretraining_config["objective"]).converter(pretraining_config)
     return parsed.map(to_keras, num_parallel_calls=tf.data.AUTOTUNE,
-                      deterministic=not shuffle).prefetch(tf.data.AUTOTUNE)
+                      deterministic=deterministic).prefetch(tf.data.AUTOTUNE)
+
+
+def _ordered_dataset(file_pattern, pretraining_config: dict, objective, batch_size: int,
+                     shuffle: bool, repeat: bool) -> tf.data.Dataset:
+    """Records of an objective that declares ``ordered_streams``: files in name order,
+    records in file order, cut into ``batch_size`` parallel streams (row b of batch k + 1
+    continues row b of batch k; ``ordered_streams.parallel_streams``), never shuffled; the
+    parsed features carry ``stream_position`` (the batch's index in this pass). A single
+    pass (``repeat`` false, e.g. evaluation) over fewer segments than ``batch_size`` reads
+    one stream per segment."""
+    from lmfactory.components.pretraining_data.ordered_streams import (STREAM_POSITION,
+                                                                       parallel_streams)
+
+    if shuffle:
+        raise ValueError(f"Objective {objective.name!r} keeps the records in stream order "
+                         f"(ordered_streams): read it with shuffle=False")
+    files = tf.data.Dataset.list_files(file_pattern, shuffle=False)
+    records = files.flat_map(lambda path: tf.data.TFRecordDataset(path, compression_type="GZIP"))
+    batches = parallel_streams(records, int(batch_size), fewer_streams=not repeat)
+    if repeat:
+        batches = batches.repeat()
+    spec = feature_spec(pretraining_config)
+
+    def parse(position, serialized):
+        features = tf.io.parse_example(serialized, spec)
+        features[STREAM_POSITION] = tf.fill(tf.shape(serialized), position)
+        return features
+
+    to_keras = objective.converter(pretraining_config)
+    return batches.map(parse).map(to_keras).prefetch(tf.data.AUTOTUNE)

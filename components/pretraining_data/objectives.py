@@ -16,7 +16,9 @@ targets: the model generates and is evaluated by perplexity), instead of compari
 from lmfactory.components.pretraining_data import (  # noqa: F401  (register their objectives)
     albert_mlm_sop, bert_mlm_nsp, causal_lm, full_sentences)
 from lmfactory.components.pretraining_data import bilm  # noqa: F401  (bidirectional LM windows)
+from lmfactory.components.pretraining_data import permutation_lm  # noqa: F401  (XLNet)
 from lmfactory.components.pretraining_data import word_windows  # noqa: F401  (skipgram, cbow)
+from lmfactory.components.pretraining_data import ordered_streams  # noqa: F401  (segments in order)
 from lmfactory.components.pretraining_data import span_corruption  # noqa: F401  (T5 spans)
 from lmfactory.components.pretraining_data.registry import (
     DOCUMENT_FORMATS, SENTENCES, STREAM, VOCABULARY_FOLDER, Objective, get, names, register,

@@ -69,6 +69,13 @@ class Objective:
         vocabulary_record: ``fn(state) -> dict``, entries that
             ``executor.describe_vocabulary`` adds to ``pretraining_config.json`` (e.g.
             ``end_of_text_id``).
+        ordered_streams: True when its records are consecutive segments of one token stream
+            that must be read in order (a model carrying state across segments: a
+            segment-level recurrence memory, an LSTM's state across BPTT windows). The reader
+            (``features.make_dataset``) then cuts the records into ``batch_size`` parallel
+            streams, never shuffles, and row b of batch k + 1 continues row b of batch k
+            (CONTRACTS §3 ``causal_lm_streams``); the trainer reads it to build the task
+            model with ``stream_batch_size``.
         paper: citation of the paper the objective follows.
     """
 
@@ -81,6 +88,7 @@ class Objective:
     causal: bool = False
     check_config: Callable[[dict], None] = _no_checks
     vocabulary_record: Callable[[Any], dict] = _records_nothing
+    ordered_streams: bool = False
     paper: str = ""
 
     def __post_init__(self):

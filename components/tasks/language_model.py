@@ -73,6 +73,16 @@ def _corpus_args(task_cls, data_config: dict) -> dict:
     return {}
 
 
+def _stream_args(task_cls, objective: str, batch_size: int) -> dict:
+    """``stream_batch_size`` = the batch size for a task model that carries state across the
+    batches of an objective declaring ``ordered_streams`` (row b of batch k + 1 continues
+    row b of batch k, e.g. a segment-level recurrence memory)."""
+    if objectives.get(objective).ordered_streams and \
+            "stream_batch_size" in inspect.signature(task_cls.__init__).parameters:
+        return {"stream_batch_size": int(batch_size)}
+    return {}
+
+
 def _distiller(context, task_cls, vocabulary_size: int):
     """A distillation task model: a fresh student (this recipe's architecture and preset)
     taught by the trained task model of the teacher Model artifact (any architecture; e.g. a
@@ -135,12 +145,15 @@ def train(context) -> dict:
             backbone = context.backbone(vocabulary_size)
             task_model = task_cls(backbone, **_schedule_args(task_cls, config.task_args,
                                                              fn_args.train_steps),
-                                  **_corpus_args(task_cls, data_config))
+                                  **_corpus_args(task_cls, data_config),
+                                  **_stream_args(task_cls, data_config["objective"],
+                                                 config.batch_size))
             _carry_task_weights(context, task_model, data_config["objective"])
         task_model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
     batch = dict(batch_size=config.batch_size, seed=config.seed)
+    ordered = objectives.get(data_config["objective"]).ordered_streams  # keep stream order
     train_data = pretraining_features.make_dataset(
-        context.train_files, data_config, shuffle=True, repeat=True, **batch)
+        context.train_files, data_config, shuffle=not ordered, repeat=True, **batch)
     eval_data = pretraining_features.make_dataset(
         context.eval_files, data_config, shuffle=False, repeat=True, **batch)
     metrics = context.fit(task_model, train_data, eval_data)

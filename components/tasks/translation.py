@@ -10,8 +10,10 @@ sentence's attention weights (the paper's Figure 3 heat map) in the evaluation r
 Shared by every encoder-decoder (RNNsearch, the Transformer, T5): the model only needs the
 ``seq2seq_lm`` head (`models/tasks/seq2seq_lm.Seq2SeqLM`: ``translate_ids``), and the
 attention figure is drawn when the backbone outputs ``attention_weights`` [B, T, S].
-Vocabulary: one joint word vocabulary over both languages (the records' ``text`` feature),
-with the architecture's ``start`` and ``end_of_text`` special tokens.
+Vocabulary: one joint vocabulary over both languages (the records' ``text`` feature), of
+words or subwords (e.g. the ``sentencepiece`` kind: the served text is the detokenised
+pieces, punctuation attached again), with the architecture's ``start`` and ``end_of_text``
+special tokens.
 
 Recipe: ``finetuning.sequence_length`` bounds source and target (tokens, end token
 included); ``finetuning.task_args``: ``num_beams`` (default 4) and ``alpha`` (the length

@@ -8,6 +8,10 @@ excluded from weight decay, as both reference implementations do. GPT-3's settin
 warmup then cosine decay to 10% of the peak) are the same optimiser with ``beta_2``,
 ``epsilon``, ``weight_decay``, ``decay="cosine"`` and ``final_learning_rate_fraction``;
 recipes set them per stage (``pretraining.adam_beta_2`` etc., see ``recipe.py``).
+
+``decay="inverse_sqrt"`` selects the inverse-square-root schedule of Vaswani et al. 2017
+(§5.3, `InverseSqrtDecay`): linear warmup, then decay proportional to step^-0.5; the
+paper's Adam uses beta2 0.98, eps 1e-9 (``adam_beta_2``, ``adam_epsilon``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import math
 import keras
 import tensorflow as tf
 
-DECAYS = ("linear", "cosine")
+DECAYS = ("linear", "cosine", "inverse_sqrt")
 # "sgd": plain SGD (no momentum, weight decay or clipping) on the same schedule: word2vec.c's
 # optimiser (Mikolov et al. 2013).
 OPTIMIZERS = ("adamw", "sgd")
@@ -71,6 +75,46 @@ class WarmupCosineDecay(WarmupLinearDecay):
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
+class InverseSqrtDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Vaswani et al. 2017 §5.3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5),
+    i.e. linear warmup for ``warmup_steps`` steps, then decay proportional to the inverse
+    square root of the step number.
+
+    Written as ``scale * min(step^-0.5, step * warmup^-1.5)``: ``scale`` is d_model^-0.5 in
+    the paper (`from_model_dim`); the peak, at step = warmup, is scale * warmup^-0.5 (the
+    trainer sets ``scale`` so that the peak is the recipe's ``learning_rate``). The paper's
+    steps count from 1: the optimizer's iteration 0 gets step 1's rate.
+    """
+
+    def __init__(self, scale: float, warmup_steps: int):
+        if not scale > 0:
+            raise ValueError(f"scale must be positive, got {scale!r}")
+        if int(warmup_steps) < 1:
+            raise ValueError(f"warmup_steps must be >= 1, got {warmup_steps!r}")
+        self.scale = float(scale)
+        self.warmup_steps = int(warmup_steps)
+
+    @classmethod
+    def from_model_dim(cls, model_dim: int, warmup_steps: int) -> "InverseSqrtDecay":
+        """The paper's schedule for d_model = ``model_dim`` (scale = d_model^-0.5)."""
+        return cls(float(model_dim) ** -0.5, warmup_steps)
+
+    @classmethod
+    def from_peak(cls, peak_learning_rate: float, warmup_steps: int) -> "InverseSqrtDecay":
+        """The schedule whose largest value (at step = warmup) is ``peak_learning_rate``."""
+        warmup_steps = max(int(warmup_steps), 1)
+        return cls(float(peak_learning_rate) * warmup_steps ** 0.5, warmup_steps)
+
+    def __call__(self, step):
+        step = keras.ops.maximum(keras.ops.cast(step, "float32"), 1.0)
+        warmup = float(self.warmup_steps)
+        return self.scale * keras.ops.minimum(keras.ops.rsqrt(step), step * warmup ** -1.5)
+
+    def get_config(self):
+        return {"scale": self.scale, "warmup_steps": self.warmup_steps}
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
 class AdamW(keras.optimizers.AdamW):
     """Keras AdamW whose global-norm clipping sees the gradient of the GLOBAL batch.
 
@@ -111,9 +155,12 @@ def make_optimizer(learning_rate: float, total_steps: int, warmup_fraction: floa
     if not 0.0 <= final_learning_rate_fraction <= 1.0:
         raise ValueError(f"final_learning_rate_fraction must be in [0, 1], got "
                          f"{final_learning_rate_fraction!r}")
-    schedule_cls = WarmupCosineDecay if decay == "cosine" else WarmupLinearDecay
-    schedule = schedule_cls(learning_rate, int(total_steps * warmup_fraction), total_steps,
-                            final_learning_rate_fraction)
+    if decay == "inverse_sqrt":  # learning_rate is the peak, reached after the warmup
+        schedule = InverseSqrtDecay.from_peak(learning_rate, int(total_steps * warmup_fraction))
+    else:
+        schedule_cls = WarmupCosineDecay if decay == "cosine" else WarmupLinearDecay
+        schedule = schedule_cls(learning_rate, int(total_steps * warmup_fraction), total_steps,
+                                final_learning_rate_fraction)
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     if optimizer == "sgd":

@@ -32,7 +32,7 @@ from lmfactory.components import tasks as task_kinds
 from lmfactory.components.trainer.export import write_model_artifact
 from lmfactory.components.trainer.model_artifact import (
     keras_dir_of, load_model_backbone, load_task_model, vocabulary_dir_of)
-from lmfactory.components.trainer import training_curve
+from lmfactory.components.trainer import random_state, training_curve
 from lmfactory.components.trainer.config import TrainerConfig
 from lmfactory.components.trainer.optimization import make_optimizer
 from lmfactory.components.trainer.strategy import make_strategy
@@ -135,6 +135,9 @@ def _optimizer(config, total_steps: int):
         optimizer=config.optimizer)
 
 
+BACKUP_METADATA = "training_metadata.json"  # written by keras.callbacks.BackupAndRestore
+
+
 def _checkpoint_dir(fn_args, config) -> str:
     """A folder that survives a killed run, so the re-run resumes from the last checkpoint.
 
@@ -150,12 +153,39 @@ def _checkpoint_dir(fn_args, config) -> str:
     return os.path.join(component_dir, "backup", hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
+def checkpointed_epochs(backup_dir: str) -> int:
+    """How many checkpoint intervals ("epochs") the backup in ``backup_dir`` has finished
+    (Keras ``BackupAndRestore``'s ``training_metadata.json``); 0 without a backup."""
+    path = os.path.join(backup_dir, BACKUP_METADATA)
+    if not tf.io.gfile.exists(path):
+        return 0
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return int(json.load(f).get("epoch", 0))
+    except (ValueError, TypeError, AttributeError):  # a half-written file: Keras starts over
+        return 0
+
+
+def _resume_input(train_data, backup_dir: str, steps_per_epoch: int, total_steps: int):
+    """The training input of a resumed run continues where the killed one stopped: the
+    batches the checkpointed steps consumed are skipped (the input is a repeated, seeded
+    dataset, so the continuation equals an uninterrupted run's)."""
+    done = checkpointed_epochs(backup_dir) * steps_per_epoch
+    if not done:
+        return train_data
+    logging.info("Resuming from the checkpoint in %s at step %d of %d; skipping the %d "
+                 "batches already trained on", backup_dir, done, total_steps, done)
+    return train_data.skip(done) if isinstance(train_data, tf.data.Dataset) else train_data
+
+
 def _fit(task_model, train_data, eval_data, fn_args, config) -> dict:
     # One Keras "epoch" per checkpoint interval; the step count is kept as close to the
     # requested one as whole intervals allow.
     epochs = math.ceil(fn_args.train_steps / config.steps_per_checkpoint)
     steps_per_epoch = math.ceil(fn_args.train_steps / epochs)
     backup_dir = _checkpoint_dir(fn_args, config)
+    train_data = _resume_input(train_data, backup_dir, steps_per_epoch,
+                               epochs * steps_per_epoch)
     # The curve is saved beside the checkpoint (before it at each epoch end), so a resumed
     # run continues it; it ends up in the Model artifact for the Evaluator's report.
     curve = training_curve.TrainingCurve(
@@ -163,6 +193,7 @@ def _fit(task_model, train_data, eval_data, fn_args, config) -> dict:
         state_path=os.path.join(backup_dir, TRAINING_CURVE))
     callbacks = [
         curve,
+        random_state.RandomStateBackup(backup_dir),  # before the checkpoint it belongs to
         keras.callbacks.BackupAndRestore(backup_dir),
         keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
     ]

@@ -17,7 +17,8 @@ preset (vocabulary 100, at most 2 layers, width 16 with 2 heads, feed-forward 32
 positions), overriding only the constructor arguments the preset itself sets and
 ``models.backbone_arguments`` accepts. A backbone class may add a class attribute
 ``conformance_overrides`` (a dict, or a function of the derived overrides returning a dict)
-when a derived size breaks one of its own invariants; no shipped architecture needs it.
+when a derived size breaks one of its own invariants, or when a checked property holds
+exactly only in some configuration (the hook's docstring gives the reason).
 
 Checks (`run_all_checks` runs them all; ``test_conformance.py`` runs each as its own test):
 
@@ -129,7 +130,10 @@ def check_forward(name, backbone=None):
     _check_family_inputs(name, backbone)
     for spec in backbone.input.values():
         assert spec.dtype == "int32", f"{name}: input {spec.name} is {spec.dtype}, not int32"
-    hidden = config_value(backbone, "hidden_dim")
+    # A backbone whose sequence_output is wider than its config's hidden_dim (e.g. several
+    # residual streams concatenated) says so with a `sequence_output_dim` attribute.
+    hidden = getattr(backbone, "sequence_output_dim", None) or config_value(backbone,
+                                                                             "hidden_dim")
     streams = output_streams(backbone)
     for seq in (SEQ, 5):
         outputs = backbone(backbone_inputs(backbone, seq=seq, lengths=(seq, seq - 2)))

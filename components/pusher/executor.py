@@ -1,0 +1,104 @@
+"""TFX's Pusher, pushing atomically and only what is new (issue 18).
+
+The stock executor copies the blessed SavedModel straight into ``<base>/<unix time>``, so a
+model server polling ``<base>`` can see a version folder holding some files and no
+``saved_model.pb`` yet, and a cached re-run pushes a byte-identical second version. This
+executor:
+
+* copies into a hidden staging folder beside the versions (``<base>/.<version>.incomplete``,
+  which TF Serving ignores: not a number) and renames it to ``<base>/<version>`` when
+  complete; a staging folder a killed push left behind is removed by the next push. On a
+  local disk the rename is atomic; on object stores (GCS) a folder rename is a copy, and
+  ``saved_model.pb`` is still copied last;
+* compares the model with the newest pushed version (a digest of every file's relative path
+  and bytes) and, when they are identical, pushes nothing and records that version as the
+  push (``pushed`` = 1, ``pushed_version`` the existing one).
+
+Only the ``filesystem`` destination is supported, as with the stock executor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from typing import Any, Optional
+
+from tfx.components.pusher import executor as tfx_pusher
+from tfx.dsl.io import fileio
+from tfx.proto import pusher_pb2
+from tfx.types import artifact_utils, standard_component_specs
+from tfx.utils import io_utils, proto_utils
+
+STAGING_SUFFIX = ".incomplete"
+
+
+def directory_digest(path: str) -> str:
+    """SHA-256 over every file under ``path``: its relative path and its bytes."""
+    digest = hashlib.sha256()
+    files = []
+    for root, _, names in fileio.walk(path):
+        files.extend(os.path.join(root, name) for name in names)
+    for file in sorted(files):
+        digest.update(os.path.relpath(file, path).encode("utf-8") + b"\0")
+        with fileio.open(file, "rb") as f:
+            digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()
+
+
+def pushed_versions(base: str) -> list[str]:
+    """The complete versions under ``base`` (numeric folder names), oldest first."""
+    if not fileio.exists(base):
+        return []
+    names = [name.rstrip("/") for name in fileio.listdir(base)]
+    return sorted((name for name in names if name.isdigit()), key=int)
+
+
+def push_model(model_path: str, base: str, now: Optional[float] = None) -> tuple[str, bool]:
+    """Pushes the SavedModel folder ``model_path`` as a new version under ``base``, unless it
+    equals the newest one. Returns ``(version, newly_pushed)``."""
+    versions = pushed_versions(base)
+    if versions and directory_digest(os.path.join(base, versions[-1])) == \
+            directory_digest(model_path):
+        logging.info("Model identical to pushed version %s: not pushed again", versions[-1])
+        return versions[-1], False
+    version = int(now if now is not None else time.time())
+    if versions:
+        version = max(version, int(versions[-1]) + 1)
+    fileio.makedirs(base)
+    for name in fileio.listdir(base):  # a killed push's leftovers
+        if name.rstrip("/").endswith(STAGING_SUFFIX):
+            fileio.rmtree(os.path.join(base, name.rstrip("/")))
+    staging = os.path.join(base, f".{version}{STAGING_SUFFIX}")
+    io_utils.copy_dir(model_path, staging, deny_regex_patterns=[r"saved_model\.pb"])
+    saved_model = os.path.join(model_path, "saved_model.pb")
+    if fileio.exists(saved_model):  # last: readers take it as "the model is complete"
+        io_utils.copy_file(saved_model, os.path.join(staging, "saved_model.pb"))
+    fileio.rename(staging, os.path.join(base, str(version)))
+    logging.info("Model pushed to %s", os.path.join(base, str(version)))
+    return str(version), True
+
+
+class Executor(tfx_pusher.Executor):
+    """`tfx.components.Pusher`'s executor with `push_model`'s atomic, de-duplicated push."""
+
+    def Do(self, input_dict: dict, output_dict: dict, exec_properties: dict[str, Any]) -> None:
+        self._log_startup(input_dict, output_dict, exec_properties)
+        model_push = artifact_utils.get_single_instance(
+            output_dict[standard_component_specs.PUSHED_MODEL_KEY])
+        if not self.CheckBlessing(input_dict):
+            self._MarkNotPushed(model_push)
+            return
+        model_path = self.GetModelPath(input_dict)
+        destination = pusher_pb2.PushDestination()
+        proto_utils.json_to_proto(
+            exec_properties[standard_component_specs.PUSH_DESTINATION_KEY], destination)
+        if destination.WhichOneof("destination") != "filesystem":
+            raise ValueError(f"Pusher: only a filesystem destination is supported, got "
+                             f"{destination.WhichOneof('destination')!r}")
+        base = destination.filesystem.base_directory
+        version, _ = push_model(model_path, base)
+        io_utils.copy_dir(model_path, model_push.uri)  # the artifact's archive copy
+        self._MarkPushed(model_push, pushed_destination=os.path.join(base, version),
+                         pushed_version=version)

@@ -1,0 +1,74 @@
+"""The Pusher's executor (issue 18): a version folder appears complete or not at all, a
+killed push's staging folder is cleaned, an identical model is not pushed twice."""
+
+import json
+import os
+
+from tfx.types import standard_artifacts
+
+from lmfactory.components.pusher import executor as pusher
+
+
+def _saved_model(folder, payload: bytes):
+    os.makedirs(os.path.join(folder, "variables"), exist_ok=True)
+    with open(os.path.join(folder, "variables", "variables.index"), "wb") as f:
+        f.write(payload)
+    with open(os.path.join(folder, "saved_model.pb"), "wb") as f:
+        f.write(b"graph" + payload)
+    return folder
+
+
+def _do(tmp_path, model_uri, blessed=1, run="1"):
+    model = standard_artifacts.Model()
+    model.uri = str(model_uri)
+    blessing = standard_artifacts.ModelBlessing()
+    blessing.uri = str(tmp_path / "blessing")
+    blessing.set_int_custom_property("blessed", blessed)
+    pushed = standard_artifacts.PushedModel()
+    pushed.uri = str(tmp_path / "pushed" / run)
+    destination = {"filesystem": {"base_directory": str(tmp_path / "serving")}}
+    pusher.Executor().Do({"model": [model], "model_blessing": [blessing]},
+                         {"pushed_model": [pushed]}, {"push_destination": json.dumps(destination)})
+    return pushed
+
+
+def test_push_is_atomic_and_copies_saved_model_pb_last(tmp_path, monkeypatch):
+    model = _saved_model(str(tmp_path / "model" / "Format-Serving"), b"v1")
+    copies = []
+    real_copy_file = pusher.io_utils.copy_file
+    monkeypatch.setattr(pusher.io_utils, "copy_file", lambda source, target, *a, **k: (
+        copies.append(target), real_copy_file(source, target, *a, **k)))
+    pushed = _do(tmp_path, tmp_path / "model")
+    version = pushed.get_string_custom_property("pushed_version")
+    assert pushed.get_int_custom_property("pushed") == 1
+    assert sorted(os.listdir(tmp_path / "serving")) == [version]  # no staging folder left
+    # every file was written inside the hidden staging folder, saved_model.pb last
+    assert copies[-1] == str(tmp_path / "serving" / f".{version}.incomplete" / "saved_model.pb")
+    assert pusher.directory_digest(str(tmp_path / "serving" / version)) == \
+        pusher.directory_digest(model)
+
+
+def test_identical_model_is_not_pushed_twice_and_a_new_one_is(tmp_path):
+    _saved_model(str(tmp_path / "model" / "Format-Serving"), b"v1")
+    first = _do(tmp_path, tmp_path / "model", run="1")
+    again = _do(tmp_path, tmp_path / "model", run="2")
+    version = first.get_string_custom_property("pushed_version")
+    assert again.get_string_custom_property("pushed_version") == version
+    assert again.get_int_custom_property("pushed") == 1
+    assert os.listdir(tmp_path / "serving") == [version]
+    _saved_model(str(tmp_path / "new" / "Format-Serving"), b"v2")
+    newer = _do(tmp_path, tmp_path / "new", run="3")
+    assert int(newer.get_string_custom_property("pushed_version")) > int(version)
+    assert len(pusher.pushed_versions(str(tmp_path / "serving"))) == 2
+
+
+def test_killed_push_leftovers_are_removed_and_unblessed_models_stay(tmp_path):
+    base = tmp_path / "serving"
+    _saved_model(str(base / ".123.incomplete"), b"half")  # a push killed mid-copy
+    model = _saved_model(str(tmp_path / "model" / "Format-Serving"), b"v1")
+    assert pusher.pushed_versions(str(base)) == []  # TF Serving would not load it either
+    version, new = pusher.push_model(model, str(base), now=1000)
+    assert (version, new) == ("1000", True) and os.listdir(base) == ["1000"]
+    not_blessed = _do(tmp_path, tmp_path / "model", blessed=0, run="9")
+    assert not_blessed.get_int_custom_property("pushed") == 0
+    assert os.listdir(base) == ["1000"]
