@@ -117,8 +117,8 @@ def test_registry_lists_both_architectures():
 
 
 def test_unknown_architecture_lists_known():
-    with pytest.raises(ValueError, match=r"'t5'.*bert.*gpt2"):
-        models.get("t5")
+    with pytest.raises(ValueError, match=r"'bart'.*bert.*gpt2"):
+        models.get("bart")
 
 
 def test_build_rejects_unknown_preset_and_override():
