@@ -407,3 +407,27 @@ def test_component_fingerprint_follows_the_input_files(tmp_path):
     assert ",missing:1," in not_yet_there.exec_properties["input_fingerprint"]
     with pytest.raises(ValueError, match="unknown keys"):
         TextExampleGen(input_config={"format": "text", "path": "x", "colum_names": ["a"]})
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "header_only", "directory",
+                                  "no_label_column"])
+def test_data_file_errors_are_one_line_naming_the_file(tmp_path, case):
+    """Issue 18: what a bad data file raises is an OSError / ValueError whose message is one
+    line naming the file or its glob, the form `lmfactory run` prints (cli.DATA_ERRORS)."""
+    from lmfactory.cli import DATA_ERRORS
+
+    path = tmp_path / "train.tsv"
+    if case == "empty":
+        path.write_text("")
+    elif case == "header_only":
+        path.write_text("sentence\tlabel\n")
+    elif case == "directory":
+        path.mkdir()
+    elif case == "no_label_column":
+        path.write_text("sentence\tscore\na fine row\t1\n")
+    with pytest.raises(DATA_ERRORS) as error:
+        ingest({"format": "tsv", "label_column": "label", "splits": {"train": str(path)}},
+               str(tmp_path / "out"))
+    message = str(error.value)
+    assert "\n" not in message.strip(), message
+    assert str(path) in message or "'train'" in message, message
