@@ -385,8 +385,10 @@ def _check_backbone_limits(check: _Checker, recipe: dict, architecture: str,
     limit = config.get("max_sequence_length")
     if not isinstance(limit, int):
         return
-    fields = (["objective.max_seq_length"] if pretrains else []) + [
-        "finetuning.sequence_length"]
+    # finetuning.sequence_length packs a task's own data; continued LM training (data from
+    # data.target_corpus) reads the objective's windows instead.
+    fields = (["objective.max_seq_length"] if pretrains else []) + (
+        ["finetuning.sequence_length"] if _task_kind(check).data_section == "task" else [])
     for field in fields:
         length = check.get(field, required=False)
         if isinstance(length, int) and not isinstance(length, bool) and length > limit:
