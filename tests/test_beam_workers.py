@@ -65,11 +65,17 @@ def _kill_parent_and_watch_workers(tmp_path, mode):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers = []
     try:
-        deadline = time.time() + 240
-        while len(workers) < 2 and time.time() < deadline and parent.poll() is None:
+        # Beam starts a worker when a stage first needs one: wait for the first, then give
+        # the second a few seconds (under load it may start later, or not at all).
+        deadline, settle = time.time() + 240, None
+        while time.time() < deadline and parent.poll() is None:
             time.sleep(0.5)
             workers = [pid for pid in _children(parent.pid) if _is_worker(pid)]
-        assert len(workers) == 2, "the pipeline never started its two SDK workers"
+            if len(workers) == 2 or (settle and time.time() > settle):
+                break
+            if workers and settle is None:
+                settle = time.time() + 10
+        assert workers, "the pipeline never started an SDK worker"
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
@@ -84,4 +90,4 @@ def _kill_parent_and_watch_workers(tmp_path, mode):
 
 def test_sdk_workers_die_with_a_killed_parent(tmp_path):
     workers, survivors = _kill_parent_and_watch_workers(tmp_path, "install")
-    assert len(workers) == 2 and survivors == []
+    assert workers and survivors == []
