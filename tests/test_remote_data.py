@@ -16,6 +16,12 @@ def no_credentials(monkeypatch, tmp_path):
     monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:9")
     monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")
     monkeypatch.setenv("GCE_METADATA_TIMEOUT", "1")
+    # google-auth reads the metadata host and timeout when first imported; an earlier test
+    # may have imported it already, so point the loaded module at the closed port as well.
+    from google.auth.compute_engine import _metadata
+
+    monkeypatch.setattr(_metadata, "_GCE_METADATA_HOST", "127.0.0.1:9")
+    monkeypatch.setattr(_metadata, "_METADATA_DEFAULT_TIMEOUT", 1)
 
 
 def test_remote_paths_name_their_fields():
