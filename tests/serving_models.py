@@ -1,0 +1,217 @@
+"""Tiny serving SavedModels of every (architecture, task kind) pair, built without a DAG.
+
+Each pair's SavedModel is what the Trainer would push: the kind's own ``export`` (through
+`export.export_serving_model`) of an untrained tiny model (the conformance harness's tiny
+sizes, tests/conformance/tiny.py) over a tiny vocabulary the project's own learners write
+(one per tokenizer kind and special-token set, learned from a few lines of text). The
+pairs come from the registries: a kind is served by every architecture having the head it
+fine-tunes (`TaskKind.head`), the causal language models are served as generators and
+word-vector objectives by ``word_vectors``. Models, vocabularies and exports are cached
+per process so the tests that share them build each once.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+
+import keras
+
+from lmfactory import models
+from lmfactory.components import tasks as task_kinds
+from lmfactory.components.trainer import export as export_lib
+from tests.conformance import tiny
+
+SEQUENCE_LENGTH = 16
+NUM_CHOICES = 3
+LABELS = ("negative", "positive", "neutral")
+TAGS = ("O", "B-PER", "I-PER", "B-LOC")
+TEXT = """the quick brown fox jumps over the lazy dog .
+a stitch in time saves nine , and the early bird catches the worm .
+where did the fox go ? it went over the hill to the river .
+paris is the capital of france ; berlin is the capital of germany .
+the film was a delight from start to finish , the actors were great .
+the cat sat on the mat and the dog sat on the log .
+""".splitlines()
+_ROOT = tempfile.mkdtemp(prefix="serving_models_")
+
+
+def vocabulary_size_for(kind: str, specials: dict) -> int:
+    from lmfactory.components.vocabulary import byte_level
+
+    if kind == "byte":
+        return byte_level.vocabulary_size(specials)
+    if kind == "bpe":  # the 256 byte symbols are always there
+        return 256 + len(set(specials.values())) + 40
+    return 60 + len(set(specials.values()))
+
+
+@functools.lru_cache(maxsize=None)
+def _vocabulary(kind: str, specials: tuple) -> str:
+    from lmfactory.components.vocabulary.executor import VocabularyConfig
+    from lmfactory.components.vocabulary.learners import LEARNERS
+    from lmfactory.models import tokenizers
+
+    special_tokens = dict(specials) or None
+    folder = os.path.join(_ROOT, f"vocabulary_{kind}_{abs(hash(specials))}")
+    config = VocabularyConfig(kind=kind, min_frequency=1, lowercase=True,
+                              vocab_size=vocabulary_size_for(kind, dict(specials)),
+                              special_tokens=special_tokens)
+    learner = LEARNERS[kind]
+    counts = {}
+    for word, count in learner.count(TEXT * 3, config):
+        counts[word] = counts.get(word, 0) + count
+    os.makedirs(folder, exist_ok=True)
+    settings = learner.learn_and_write(sorted(counts.items()), folder, config, "test text")
+    tokenizers.write_tokenizer_config(folder, settings)
+    return folder
+
+
+def vocabulary(architecture: str) -> str:
+    """The tiny vocabulary folder of ``architecture``'s tokenizer kind and special tokens."""
+    arch = models.get(architecture)
+    return _vocabulary(arch.tokenizer_kind, tuple(sorted((arch.special_tokens or {}).items())))
+
+
+@functools.lru_cache(maxsize=None)
+def backbone(architecture: str):
+    from lmfactory.models.tokenizers import load_tokenizer
+
+    size = load_tokenizer(vocabulary(architecture)).vocabulary_size()
+    keras.utils.set_random_seed(tiny.SEED)
+    overrides = dict(tiny.tiny_overrides(architecture), vocabulary_size=size)
+    return models.build(architecture, tiny.smallest_preset(architecture), **overrides)
+
+
+def _causal_objective(architecture: str):
+    from lmfactory.components.tasks.language_model import is_causal
+
+    return next((o for o in models.get(architecture).objectives if is_causal(o)), None)
+
+
+def serving_cases() -> list:
+    """``(architecture, kind)`` of every SavedModel a pipeline pushes, from the registries:
+    each recipe kind that fine-tunes a head (``TaskKind.head``), for every architecture with
+    that head; ``language_model`` (a generator) for every architecture with a causal
+    objective; ``word_vectors`` for every architecture with a word-vector objective."""
+    cases = []
+    for name in models.names():
+        arch = models.get(name)
+        for kind_name in task_kinds.names():
+            kind = task_kinds.get(kind_name)
+            if not kind.in_recipes:
+                continue
+            if kind.head is not None and arch.has_head(kind.head) \
+                    and kind.name != "regression":
+                cases.append((name, kind.name))
+            elif kind.name == "language_model" and _causal_objective(name) \
+                    and arch.has_head("causal_lm"):
+                cases.append((name, kind.name))
+            elif set(kind.objectives) & set(arch.objectives) and kind.head is None:
+                cases.append((name, kind.name))
+    return cases
+
+
+@functools.lru_cache(maxsize=None)
+def _task_model(architecture: str, kind: str):
+    """``(task_model, preprocessor, task record)`` as the kind's ``train`` builds them."""
+    from lmfactory.models.classifier_preprocessor import classifier_preprocessor
+
+    arch = models.get(architecture)
+    vocab_dir = vocabulary(architecture)
+    base = backbone(architecture)
+    length = min(SEQUENCE_LENGTH, base.get_config().get("max_sequence_length")
+                 or SEQUENCE_LENGTH)
+    if kind in ("classification", "regression"):
+        try:
+            features = ["sentence1", "sentence2"]
+            preprocessor = classifier_preprocessor(vocab_dir, architecture, length,
+                                                   num_text_features=2)
+        except ValueError:  # an architecture reading one text feature (ELMo's classifier)
+            features = ["sentence"]
+            preprocessor = classifier_preprocessor(vocab_dir, architecture, length)
+        classes = 1 if kind == "regression" else len(LABELS)
+        model = arch.head("classification")(base, num_classes=classes)
+        task = {"kind": kind, "text_features": features, "num_classes": classes,
+                "sequence_length": length}
+        if kind == "classification":
+            task["label_vocabulary"] = list(LABELS)
+        return model, preprocessor, task
+    if kind == "tagging":
+        from lmfactory.models.tasks.token_classification_preprocessor import (
+            token_classification_preprocessor)
+
+        packing = arch.preprocessor("tagging") or token_classification_preprocessor
+        preprocessor = packing(vocab_dir, list(TAGS), length)
+        model = arch.head("tagging")(base, num_labels=len(TAGS))
+        return model, preprocessor, {"kind": kind, "label_vocabulary": list(TAGS),
+                                     "sequence_length": length}
+    if kind == "span_qa":
+        from lmfactory.models.tasks.span_preprocessor import span_preprocessor
+
+        preprocessor = span_preprocessor(vocab_dir, length, doc_stride=4, max_query_length=6)
+        model = arch.head("span_qa")(base)
+        return model, preprocessor, {"kind": kind, "sequence_length": length,
+                                     "doc_stride": 4, "max_query_length": 6,
+                                     "n_best_size": 5, "max_answer_length": 5,
+                                     "version": "2.0", "null_threshold": 0.0}
+    if kind == "multiple_choice":
+        from lmfactory.models.tasks.multiple_choice_preprocessor import (
+            MultipleChoicePreprocessor)
+
+        if arch.preprocessor("multiple_choice") is not None:
+            preprocessor = classifier_preprocessor(vocab_dir, architecture, length,
+                                                   num_text_features=2,
+                                                   task_kind="multiple_choice")
+        else:
+            preprocessor = MultipleChoicePreprocessor.from_vocabulary(vocab_dir, architecture,
+                                                                      length)
+        model = arch.head("multiple_choice")(base, num_choices=NUM_CHOICES)
+        return model, preprocessor, {"kind": kind, "num_choices": NUM_CHOICES,
+                                     "sequence_length": length}
+    if kind == "language_model":
+        from lmfactory.components.tasks.language_model import _schedule_args
+
+        objective = _causal_objective(architecture)
+        task_cls = arch.pretrainer(objective)
+        model = task_cls(base, **_schedule_args(task_cls, {}, train_steps=10))
+        return model, None, {"kind": kind, "objective": objective, "sequence_length": length}
+    if kind == "word_vectors":
+        objective = sorted(set(arch.objectives) & set(task_kinds.get(kind).objectives))[0]
+        model = arch.pretrainer(objective)(base)
+        return model, None, {"kind": kind, "objective": objective, "nearest_neighbours": 3}
+    if kind in ("translation", "text_to_text"):
+        model = arch.head("seq2seq_lm")(base)
+        task = {"kind": kind, "sequence_length": length, "num_beams": 2, "alpha": 1.0}
+        if kind == "text_to_text":
+            task.update(text_features=["sentence"], prefix="sst2 sentence:",
+                        label_words=["negative", "positive"], num_beams=1)
+        return model, None, task
+    raise ValueError(f"tests/serving_models.py does not know how to build a {kind!r} model; "
+                     f"add it to _task_model")
+
+
+@functools.lru_cache(maxsize=None)
+def refusal(architecture: str, kind: str):
+    """The ValueError message when the kind refuses to build the pair (e.g. span QA needs
+    character offsets only WordPiece gives): such a pair never trains, so it is never
+    pushed; None when it builds."""
+    try:
+        _task_model(architecture, kind)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def exported(architecture: str, kind: str) -> tuple:
+    """``(SavedModel folder, model_config)`` of the pair, exported once per process."""
+    model, preprocessor, task = _task_model(architecture, kind)
+    model_config = {"architecture": architecture, "task": dict(task),
+                    "generation": {"max_length": 6}}
+    export_dir = os.path.join(_ROOT, f"{architecture}_{kind}", "Format-Serving")
+    export_lib.export_serving_model(model, vocabulary(architecture), model_config, export_dir,
+                                    preprocessor=preprocessor)
+    return export_dir, model_config
+

@@ -1,0 +1,73 @@
+"""The op audit (issue 16): every op of every pushed SavedModel is one TF Serving's model
+server links (tensorflow/serving 2.16.1: TensorFlow 2.16's core ops plus tensorflow_text's
+op library, components/pusher/op_audit.py), for every architecture and every task kind it
+serves. The SavedModels are the kinds' own exports of tiny untrained models
+(tests/serving_models.py), one per (architecture, kind) pair the registries give."""
+
+import pytest
+import tensorflow as tf
+
+from lmfactory import models
+from lmfactory.components.pusher import op_audit
+from tests import serving_models
+
+CASES = serving_models.serving_cases()
+
+
+def test_model_server_op_set_is_core_plus_tensorflow_text():
+    ops = op_audit.model_server_ops()
+    assert op_audit.TF_SERVING_VERSION == "2.16.1" and tf.__version__.startswith("2.16.")
+    assert ops["MatMul"] == op_audit.TENSORFLOW
+    # tensorflow_text's tokenizers, listed from its .so files, not from this process
+    assert ops["SentencepieceOp"] == op_audit.TENSORFLOW_TEXT
+    assert ops["FastWordpieceTokenizeWithOffsets"] == op_audit.TENSORFLOW_TEXT
+    assert not op_audit.PYTHON_ONLY_OPS & set(ops)
+
+
+def test_audit_fails_on_python_and_unregistered_ops(tmp_path):
+    """A py_function, and an op of a library the server does not link, are found."""
+
+    class WithPython(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def serve(self, text):
+            return {"upper": tf.py_function(lambda t: tf.strings.upper(t), [text], tf.string)}
+
+    module = WithPython()
+    tf.saved_model.save(module, str(tmp_path / "py"), signatures={"serving_default":
+                                                                 module.serve})
+    problems = op_audit.audit_saved_model(str(tmp_path / "py"))
+    assert list(problems) == ["EagerPyFunc"] and "Python" in problems["EagerPyFunc"]
+
+    graph = tf.compat.v1.GraphDef()
+    graph.node.add(name="x", op="Const")
+    graph.node.add(name="y", op="SomeCustomOpOfAnotherLibrary")
+    graph.library.function.add().node_def.add(name="z", op="ReverseV2")
+    graph.library.function.add().node_def.add(name="w", op="OtherLibraryInFunction")
+    ops = op_audit.graph_def_ops(graph)
+    assert ops == {"Const", "SomeCustomOpOfAnotherLibrary", "ReverseV2",
+                   "OtherLibraryInFunction"}
+    assert sorted(op_audit.unservable_ops(ops)) == ["OtherLibraryInFunction",
+                                                    "SomeCustomOpOfAnotherLibrary"]
+
+
+def test_cases_cover_every_architecture_and_served_kind():
+    assert {name for name, _ in CASES} == set(models.names())
+    kinds = {kind for _, kind in CASES}
+    assert {"classification", "tagging", "span_qa", "multiple_choice", "language_model",
+            "translation", "text_to_text", "word_vectors"} <= kinds
+
+
+@pytest.mark.parametrize("architecture", sorted({name for name, _ in CASES}))
+def test_every_op_of_every_pushed_model_is_served(architecture):
+    server = op_audit.model_server_ops()
+    found = {}
+    for name, kind in CASES:
+        if name != architecture or serving_models.refusal(name, kind):
+            continue
+        export_dir, _ = serving_models.exported(name, kind)
+        ops = op_audit.saved_model_ops(export_dir)
+        assert len(ops) > 10, f"{name}/{kind}: no graph read"
+        found[kind] = op_audit.unservable_ops(ops, server)
+    assert found, f"{architecture}: no servable task kind was exported"
+    assert not any(found.values()), f"{architecture}: ops TF Serving " \
+        f"{op_audit.TF_SERVING_VERSION} cannot run: {found}"
