@@ -21,10 +21,10 @@ import keras
 from lmfactory import models
 from lmfactory.components import tasks as task_kinds
 from lmfactory.components.trainer import export as export_lib
-from tests.conformance import tiny
+from conformance import tiny
 
 SEQUENCE_LENGTH = 16
-NUM_CHOICES = 3
+NUM_CHOICES = 5  # CommonsenseQA's, as the examples of docs/SERVING.md
 LABELS = ("negative", "positive", "neutral")
 TAGS = ("O", "B-PER", "I-PER", "B-LOC")
 TEXT = """the quick brown fox jumps over the lazy dog .
@@ -114,8 +114,11 @@ def serving_cases() -> list:
 
 
 @functools.lru_cache(maxsize=None)
-def _task_model(architecture: str, kind: str):
-    """``(task_model, preprocessor, task record)`` as the kind's ``train`` builds them."""
+def _task_model(architecture: str, kind: str, variant: str = ""):
+    """``(task_model, preprocessor, task record)`` as the kind's ``train`` builds them.
+    Classification ``variant``: ``single`` (one text feature ``sentence``, integer labels),
+    ``pair`` (``sentence1`` / ``sentence2``), ``pair_labelled`` or "" (pairs with a
+    ``label_vocabulary``, or one feature for an architecture that reads only one)."""
     from lmfactory.models.classifier_preprocessor import classifier_preprocessor
 
     arch = models.get(architecture)
@@ -124,18 +127,20 @@ def _task_model(architecture: str, kind: str):
     length = min(SEQUENCE_LENGTH, base.get_config().get("max_sequence_length")
                  or SEQUENCE_LENGTH)
     if kind in ("classification", "regression"):
+        features = ["sentence"] if variant == "single" else ["sentence1", "sentence2"]
         try:
-            features = ["sentence1", "sentence2"]
             preprocessor = classifier_preprocessor(vocab_dir, architecture, length,
-                                                   num_text_features=2)
+                                                   num_text_features=len(features))
         except ValueError:  # an architecture reading one text feature (ELMo's classifier)
+            if variant:
+                raise
             features = ["sentence"]
             preprocessor = classifier_preprocessor(vocab_dir, architecture, length)
         classes = 1 if kind == "regression" else len(LABELS)
         model = arch.head("classification")(base, num_classes=classes)
         task = {"kind": kind, "text_features": features, "num_classes": classes,
                 "sequence_length": length}
-        if kind == "classification":
+        if kind == "classification" and variant in ("", "pair_labelled"):
             task["label_vocabulary"] = list(LABELS)
         return model, preprocessor, task
     if kind == "tagging":
@@ -193,25 +198,69 @@ def _task_model(architecture: str, kind: str):
 
 
 @functools.lru_cache(maxsize=None)
-def refusal(architecture: str, kind: str):
+def refusal(architecture: str, kind: str, variant: str = ""):
     """The ValueError message when the kind refuses to build the pair (e.g. span QA needs
     character offsets only WordPiece gives): such a pair never trains, so it is never
     pushed; None when it builds."""
     try:
-        _task_model(architecture, kind)
+        _task_model(architecture, kind, variant)
     except ValueError as error:
         return str(error)
     return None
 
 
 @functools.lru_cache(maxsize=None)
-def exported(architecture: str, kind: str) -> tuple:
+def exported(architecture: str, kind: str, variant: str = "") -> tuple:
     """``(SavedModel folder, model_config)`` of the pair, exported once per process."""
-    model, preprocessor, task = _task_model(architecture, kind)
+    model, preprocessor, task = _task_model(architecture, kind, variant)
     model_config = {"architecture": architecture, "task": dict(task),
                     "generation": {"max_length": 6}}
-    export_dir = os.path.join(_ROOT, f"{architecture}_{kind}", "Format-Serving")
+    export_dir = os.path.join(_ROOT, f"{architecture}_{kind}_{variant}", "Format-Serving")
     export_lib.export_serving_model(model, vocabulary(architecture), model_config, export_dir,
                                     preprocessor=preprocessor)
     return export_dir, model_config
 
+
+
+def example_case(kind: str) -> str:
+    """The first architecture (registry order) that serves ``kind`` (regression: as
+    classification)."""
+    looked_up = "classification" if kind == "regression" else kind
+    for name, case_kind in serving_cases():
+        if case_kind == looked_up and not refusal(name, case_kind):
+            return name
+    raise ValueError(f"No architecture serves {kind!r}")
+
+
+def _graph_parts(architecture: str, kind: str) -> tuple:
+    """What a pair's serving graph is made of besides its backbone: the kind, the class of
+    the head (or language model) the registry gives, the architecture's own preprocessor
+    factory for the kind (None: the kind's default) and the tokenizer kind."""
+    arch = models.get(architecture)
+    head_kind = task_kinds.get(kind).head
+    if kind == "language_model":
+        head = arch.pretrainer(_causal_objective(architecture))
+    elif kind == "word_vectors":
+        head = None
+    else:
+        head = arch.head(head_kind)
+    preprocessor = arch.preprocessor(kind) if head_kind else None
+    name = lambda f: None if f is None else f"{f.__module__}.{f.__qualname__}"  # noqa: E731
+    return kind, name(head), name(preprocessor), arch.tokenizer_kind
+
+
+def audit_cases(full: bool = False) -> list:
+    """The pairs the op audit exports: every pair with ``full``; otherwise a covering
+    subset, a pair being left out only when its architecture's backbone AND its graph
+    parts (`_graph_parts`: kind, head class, preprocessor factory, tokenizer kind) are
+    both in pairs already exported. Pairs the kind refuses to build are left out."""
+    chosen, backbones, parts = [], set(), set()
+    for name, kind in serving_cases():
+        if refusal(name, kind):
+            continue
+        key = _graph_parts(name, kind)
+        if full or name not in backbones or key not in parts:
+            chosen.append((name, kind))
+            backbones.add(name)
+            parts.add(key)
+    return chosen

@@ -4,6 +4,7 @@ killed push's staging folder is cleaned, an identical model is not pushed twice.
 import json
 import os
 
+from tensorflow.core.protobuf import saved_model_pb2
 from tfx.types import standard_artifacts
 
 from lmfactory.components.pusher import executor as pusher
@@ -13,8 +14,10 @@ def _saved_model(folder, payload: bytes):
     os.makedirs(os.path.join(folder, "variables"), exist_ok=True)
     with open(os.path.join(folder, "variables", "variables.index"), "wb") as f:
         f.write(payload)
+    saved_model = saved_model_pb2.SavedModel(saved_model_schema_version=1)
+    saved_model.meta_graphs.add().graph_def.node.add(name=payload.decode(), op="Const")
     with open(os.path.join(folder, "saved_model.pb"), "wb") as f:
-        f.write(b"graph" + payload)
+        f.write(saved_model.SerializeToString())
     return folder
 
 

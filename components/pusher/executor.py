@@ -14,6 +14,13 @@ executor:
   and bytes) and, when they are identical, pushes nothing and records that version as the
   push (``pushed`` = 1, ``pushed_version`` the existing one).
 
+Before pushing, the model is checked for TF Serving (issue 16): every op of its graph must
+be one the model server links (op_audit.py: TensorFlow's core ops and tensorflow_text's;
+a model holding another op, or a Python callback, is refused with a one-line error naming
+the ops, since the server could not load it), and a model without warm-up requests
+(``assets.extra/tf_serving_warmup_requests``, written by the Trainer's export, warmup.py)
+is pushed with a warning.
+
 Only the ``filesystem`` destination is supported, as with the stock executor.
 """
 
@@ -32,6 +39,26 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
 STAGING_SUFFIX = ".incomplete"
+
+
+def check_servable(model_path: str) -> None:
+    """Raises ValueError when the SavedModel holds ops TF Serving cannot run; warns when it
+    has no warm-up requests. The op set cannot be listed without tensorflow_text: then
+    only a warning."""
+    from lmfactory.components.pusher import op_audit, warmup
+
+    try:
+        problems = op_audit.audit_saved_model(model_path)
+    except RuntimeError as error:
+        logging.warning("TF Serving op audit not run: %s", error)
+        problems = {}
+    if problems:
+        raise ValueError(f"Pusher: {model_path} cannot be served by tensorflow/serving:"
+                         f"{op_audit.TF_SERVING_VERSION}: " + "; ".join(
+                             f"{op} is {reason}" for op, reason in problems.items()))
+    if not fileio.exists(warmup.warmup_path(model_path)):
+        logging.warning("Pusher: %s has no %s/%s; TF Serving will load it without warm-up",
+                        model_path, warmup.ASSETS_EXTRA, warmup.WARMUP_FILE)
 
 
 def directory_digest(path: str) -> str:
@@ -98,6 +125,7 @@ class Executor(tfx_pusher.Executor):
             raise ValueError(f"Pusher: only a filesystem destination is supported, got "
                              f"{destination.WhichOneof('destination')!r}")
         base = destination.filesystem.base_directory
+        check_servable(model_path)
         version, _ = push_model(model_path, base)
         io_utils.copy_dir(model_path, model_push.uri)  # the artifact's archive copy
         self._MarkPushed(model_push, pushed_destination=os.path.join(base, version),

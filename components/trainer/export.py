@@ -2,7 +2,9 @@
 model's task record (components/tasks) exports the signature its task serves.
 
 Tokenization runs inside the graph (components/trainer/serving.py); loading needs
-``import tensorflow_text`` for its ops (TF Serving builds include them).
+``import tensorflow_text`` for its ops (TF Serving builds include them). Given the eval
+records, the SavedModel also gets TF Serving's warm-up requests
+(``assets.extra/tf_serving_warmup_requests``, components/pusher/warmup.py).
 """
 
 from __future__ import annotations
@@ -27,11 +29,27 @@ def export_serving_model(task_model, vocab_dir: str, model_config: dict, export_
     logging.info("Exported the %s SavedModel to %s", kind, export_dir)
 
 
+def write_warmup(serving_model_dir: str, eval_files: str, model_config: dict,
+                 vocab_dir: str) -> dict | None:
+    """The SavedModel's warm-up requests from the first eval records; a failure is logged,
+    never fatal (the model serves without them, its first requests slower)."""
+    from lmfactory.components.pusher.warmup import write_warmup_requests
+
+    try:
+        return write_warmup_requests(serving_model_dir, eval_files, model_config, vocab_dir)
+    except (OSError, ValueError, tf.errors.OpError) as error:
+        logging.error("No TF Serving warm-up requests written for %s: %s", serving_model_dir,
+                      str(error).strip().splitlines()[0] if str(error).strip() else error)
+        return None
+
+
 def write_model_artifact(serving_model_dir: str, task_model, backbone, vocab_dir: str,
-                         model_config: dict, preprocessor=None) -> dict:
+                         model_config: dict, preprocessor=None,
+                         eval_files: str | None = None) -> dict:
     """Writes the keras/ folder beside ``serving_model_dir`` and exports the SavedModel into
-    it. ``model_config`` gets ``architecture`` from the backbone's registry record and
-    ``backbone_config`` from ``backbone.get_config()``; returns the config written."""
+    it, with warm-up requests built from ``eval_files`` (a file pattern of eval records)
+    when given. ``model_config`` gets ``architecture`` from the backbone's registry record
+    and ``backbone_config`` from ``backbone.get_config()``; returns the config written."""
     keras_dir = keras_dir_of(serving_model_dir)
     tf.io.gfile.makedirs(keras_dir)
     backbone.save_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
@@ -44,4 +62,6 @@ def write_model_artifact(serving_model_dir: str, task_model, backbone, vocab_dir
         json.dump(model_config, f, indent=2, sort_keys=True)
     export_serving_model(task_model, vocab_dir, model_config, serving_model_dir,
                          preprocessor=preprocessor)
+    if eval_files:
+        write_warmup(serving_model_dir, eval_files, model_config, vocab_dir)
     return model_config

@@ -218,7 +218,8 @@ def _write_outputs(fn_args, config, task_model, backbone, vocab_dir, metrics, ta
     write_model_artifact(
         fn_args.serving_model_dir, task_model, backbone, vocab_dir,
         {"preset": config.preset, "task": task, "train_metrics": metrics,
-         "generation": config.generation}, preprocessor=preprocessor)
+         "generation": config.generation}, preprocessor=preprocessor,
+        eval_files=(fn_args.eval_files or [None])[0])
 
 
 __all__ = ["run_fn", "examples_uri_of", "keras_dir_of", "load_model_backbone",

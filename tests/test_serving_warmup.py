@@ -1,0 +1,160 @@
+"""TF Serving warm-up records (issue 16): every task kind's SavedModel gets
+``assets.extra/tf_serving_warmup_requests`` built from eval records of its format; the
+records parse as ``PredictionLog`` protos and each request runs through its signature; the
+Pusher pushes them with the model and refuses a model whose ops the server cannot load.
+The models are tiny untrained exports (tests/serving_models.py), shared with the other
+serving tests."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (the SavedModels' tokenizer ops)
+from tensorflow_serving.apis import prediction_log_pb2
+from tfx.types import standard_artifacts
+
+from lmfactory.components.pusher import executor as pusher
+from lmfactory.components.pusher import warmup
+from lmfactory.components.trainer import export as export_lib
+from lmfactory.models.tokenizers import load_tokenizer
+
+import serving_models
+
+SENTENCES = ["the quick brown fox jumps over the lazy dog .",
+             "paris is the capital of france .",
+             "the film was a delight from start to finish ."]
+
+
+def _feature(values):
+    if isinstance(values[0], str):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[v.encode("utf-8") for v in values]))
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+
+def _write_records(folder, rows) -> str:
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "data_tfrecord-00000-of-00001.gz")
+    with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+        for row in rows:
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                name: _feature(values) for name, values in row.items()})).SerializeToString())
+    return os.path.join(folder, "*")
+
+
+def _eval_rows(kind: str, architecture: str) -> list:
+    """Three eval records in the kind's format (CONTRACTS §1 / §3)."""
+    if kind == "classification":
+        return [{"sentence1": [s], "sentence2": [s[::-1]], "label": [i % 2]}
+                for i, s in enumerate(SENTENCES)]
+    if kind == "tagging":
+        return [{"tokens": s.split(), "tags": ["O"] * len(s.split())} for s in SENTENCES]
+    if kind == "span_qa":
+        return [{"id": [str(i)], "title": ["t"], "question": ["what is the capital ?"],
+                 "context": [s], "answers": [s.split()[0]], "answer_starts": [0],
+                 "is_impossible": [0]} for i, s in enumerate(SENTENCES)]
+    if kind == "multiple_choice":
+        return [{"id": [str(i)], "context": [s], "label": [1],
+                 "choices": s.split()[:serving_models.NUM_CHOICES]}
+                for i, s in enumerate(SENTENCES)]
+    if kind == "translation":
+        return [{"source": [s], "target": [s]} for s in SENTENCES]
+    if kind == "text_to_text":
+        return [{"sentence": [s], "label": [1]} for s in SENTENCES]
+    tokenizer = load_tokenizer(serving_models.vocabulary(architecture))
+    ids = [[int(i) for i in np.ravel(tokenizer(s).numpy())] for s in SENTENCES]
+    if kind == "word_vectors":  # skipgram records: a centre word and its context
+        return [{"centre_id": row[1:2], "context_ids": row[:1] + row[2:3],
+                 "context_mask": [1, 1]} for row in ids]
+    return [{"input_ids": (row * 3)[:12]} for row in ids]  # causal_lm blocks
+
+
+KINDS = sorted({kind for _, kind in serving_models.serving_cases()})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_warmup_requests_parse_and_run_through_every_signature(kind, tmp_path):
+    architecture = serving_models.example_case(kind)
+    export_dir, model_config = serving_models.exported(architecture, kind)
+    model_dir = str(tmp_path / "Format-Serving")
+    shutil.copytree(export_dir, model_dir)
+    pattern = _write_records(str(tmp_path / "Split-eval"), _eval_rows(kind, architecture))
+    summary = export_lib.write_warmup(model_dir, pattern, model_config,
+                                      serving_models.vocabulary(architecture))
+    loaded = tf.saved_model.load(model_dir)
+    assert summary["skipped"] == {} and sorted(summary["signatures"]) == \
+        sorted(loaded.signatures)
+    records = list(tf.data.TFRecordDataset(warmup.warmup_path(model_dir)))
+    assert len(records) == len(loaded.signatures)
+    for record in records:  # TF Serving's format: PredictionLog with a predict_log
+        log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+        assert log.WhichOneof("log_type") == "predict_log"
+        request = log.predict_log.request
+        signature = loaded.signatures[request.model_spec.signature_name]
+        tensors = warmup.request_tensors(request)
+        assert set(tensors) == set(signature.structured_input_signature[1])
+        outputs = signature(**tensors)
+        batched = [t for t in tensors.values() if t.shape.rank]
+        assert batched and all(t.shape[0] >= 1 for t in batched)
+        assert set(outputs) == set(signature.structured_outputs)
+
+
+def test_records_without_the_inputs_give_no_requests_and_a_reason(tmp_path, caplog):
+    architecture = serving_models.example_case("span_qa")
+    export_dir, model_config = serving_models.exported(architecture, "span_qa")
+    model_dir = str(tmp_path / "Format-Serving")
+    shutil.copytree(export_dir, model_dir)
+    pattern = _write_records(str(tmp_path / "Split-eval"),
+                             [{"sentence": [s]} for s in SENTENCES])
+    summary = warmup.write_warmup_requests(model_dir, pattern, model_config)
+    assert summary["requests"] == 0 and "context" in summary["skipped"]["serving_default"]
+    assert not os.path.exists(warmup.warmup_path(model_dir))
+    # missing eval files: logged by the Trainer's export, never fatal
+    assert export_lib.write_warmup(model_dir, str(tmp_path / "none" / "*"), model_config,
+                                   None) is None
+    assert "No TF Serving warm-up requests written" in caplog.text
+
+
+def _push(tmp_path, model_uri):
+    model = standard_artifacts.Model()
+    model.uri = str(model_uri)
+    blessing = standard_artifacts.ModelBlessing()
+    blessing.uri = str(tmp_path / "blessing")
+    blessing.set_int_custom_property("blessed", 1)
+    pushed = standard_artifacts.PushedModel()
+    pushed.uri = str(tmp_path / "pushed")
+    destination = {"filesystem": {"base_directory": str(tmp_path / "serving")}}
+    pusher.Executor().Do({"model": [model], "model_blessing": [blessing]},
+                         {"pushed_model": [pushed]},
+                         {"push_destination": json.dumps(destination)})
+    return pushed
+
+
+def test_pusher_pushes_warmup_and_refuses_unservable_models(tmp_path):
+    architecture = serving_models.example_case("classification")
+    export_dir, model_config = serving_models.exported(architecture, "classification")
+    model_dir = tmp_path / "model" / "Format-Serving"
+    shutil.copytree(export_dir, model_dir)
+    pattern = _write_records(str(tmp_path / "Split-eval"),
+                             _eval_rows("classification", architecture))
+    export_lib.write_warmup(str(model_dir), pattern, model_config, None)
+    pushed = _push(tmp_path, tmp_path / "model")
+    version = pushed.get_string_custom_property("pushed_version")
+    pushed_dir = tmp_path / "serving" / version
+    assert warmup.read_warmup_requests(str(pushed_dir))[0].model_spec.signature_name == \
+        "serving_default"
+
+    class WithPython(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def serve(self, text):
+            return {"upper": tf.py_function(tf.strings.upper, [text], tf.string)}
+
+    module = WithPython()
+    tf.saved_model.save(module, str(tmp_path / "py" / "Format-Serving"),
+                        signatures={"serving_default": module.serve})
+    with pytest.raises(ValueError, match="EagerPyFunc is a Python callback"):
+        _push(tmp_path, tmp_path / "py")
+    assert os.listdir(tmp_path / "serving") == [version]  # nothing of it was pushed
