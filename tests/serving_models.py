@@ -198,6 +198,15 @@ def _task_model(architecture: str, kind: str, variant: str = ""):
 
 
 @functools.lru_cache(maxsize=None)
+def loaded(export_dir: str):
+    """The SavedModel of ``export_dir``, loaded once per process (tensorflow_text must be
+    imported)."""
+    import tensorflow as tf
+
+    return tf.saved_model.load(export_dir)
+
+
+@functools.lru_cache(maxsize=None)
 def refusal(architecture: str, kind: str, variant: str = ""):
     """The ValueError message when the kind refuses to build the pair (e.g. span QA needs
     character offsets only WordPiece gives): such a pair never trains, so it is never

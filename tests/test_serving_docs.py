@@ -3,7 +3,6 @@ it describes is the one its task kind exports, and every REST body and gRPC requ
 page runs through that signature (the REST body read as TF Serving's REST API reads it).
 The models are tiny untrained exports of each kind (tests/serving_models.py)."""
 
-import functools
 import json
 import re
 
@@ -28,15 +27,10 @@ def page():
         return f.read()
 
 
-@functools.lru_cache(maxsize=None)
-def _loaded(export_dir):
-    return tf.saved_model.load(export_dir)
-
-
 def _signature(doc):
     architecture = serving_models.example_case(doc.kind)
     export_dir, _ = serving_models.exported(architecture, doc.kind, doc.variant)
-    return _loaded(export_dir).signatures[doc.signature]
+    return serving_models.loaded(export_dir).signatures[doc.signature]
 
 
 def _block(page, mark, language):

@@ -84,7 +84,7 @@ def test_warmup_requests_parse_and_run_through_every_signature(kind, tmp_path):
     pattern = _write_records(str(tmp_path / "Split-eval"), _eval_rows(kind, architecture))
     summary = export_lib.write_warmup(model_dir, pattern, model_config,
                                       serving_models.vocabulary(architecture))
-    loaded = tf.saved_model.load(model_dir)
+    loaded = serving_models.loaded(export_dir)  # the same graph (the copy adds assets)
     assert summary["skipped"] == {} and sorted(summary["signatures"]) == \
         sorted(loaded.signatures)
     records = list(tf.data.TFRecordDataset(warmup.warmup_path(model_dir)))

@@ -101,8 +101,11 @@ def _decoded(examples: list, vocab_dir: str | None, what: str):
         if not ids:
             return ""
         text = tokenizer.detokenize(tf.constant([ids], tf.int32))
-        text = text[0] if text.shape.rank else text
-        return text.numpy().decode("utf-8", errors="replace").strip()
+        text = np.asarray(text.numpy() if hasattr(text, "numpy") else text, dtype=object)
+        text = text.ravel()[0] if text.ndim else text.item()
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", errors="replace")
+        return str(text).strip()
 
     values = []
     for example in examples:
