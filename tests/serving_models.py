@@ -218,9 +218,14 @@ def refusal(architecture: str, kind: str, variant: str = ""):
     return None
 
 
-@functools.lru_cache(maxsize=None)
 def exported(architecture: str, kind: str, variant: str = "") -> tuple:
-    """``(SavedModel folder, model_config)`` of the pair, exported once per process."""
+    """``(SavedModel folder, model_config)`` of the pair, exported once per process
+    (``pair_labelled`` is the default classification variant: the same export)."""
+    return _exported(architecture, kind, "" if variant == "pair_labelled" else variant)
+
+
+@functools.lru_cache(maxsize=None)
+def _exported(architecture: str, kind: str, variant: str) -> tuple:
     model, preprocessor, task = _task_model(architecture, kind, variant)
     model_config = {"architecture": architecture, "task": dict(task),
                     "generation": {"max_length": 6}}

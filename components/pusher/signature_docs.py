@@ -140,7 +140,7 @@ SIGNATURES = (
          Port("p", "float32", "scalar", "top_p's nucleus mass (read by top_p only)")),
         (Port("generated_text", _TEXT, "[B]", "the prompt followed by its continuation"),
          Port("num_generated_tokens", "int32", "[B]", "tokens decoded after the prompt")),
-        {"prompt": ["The meaning of life is"], "max_length": 24, "sampler": "top_k",
+        {"prompt": ["The meaning of life is"], "max_length": 16, "sampler": "top_k",
          "temperature": 0.8, "k": 40, "p": 0.9},
         columnar=True,
         note="Scalar inputs have no batch axis, so the REST request uses the columnar "
