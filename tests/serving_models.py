@@ -12,8 +12,10 @@ per process so the tests that share them build each once.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
 import tempfile
 
 import keras
@@ -35,6 +37,7 @@ the film was a delight from start to finish , the actors were great .
 the cat sat on the mat and the dog sat on the log .
 """.splitlines()
 _ROOT = tempfile.mkdtemp(prefix="serving_models_")
+atexit.register(shutil.rmtree, _ROOT, True)
 
 
 def vocabulary_size_for(kind: str, specials: dict) -> int:

@@ -215,11 +215,14 @@ def _write_outputs(fn_args, config, task_model, backbone, vocab_dir, metrics, ta
     """Writes the Model artifact (CONTRACTS §4) and the run's metrics."""
     with tf.io.gfile.GFile(os.path.join(fn_args.model_run_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2, sort_keys=True)
+    # TF Serving warm-up requests (from the eval records) for the models of stages that
+    # start from a base model: the fine-tuning stages, whose model the Pusher pushes.
+    warmup_files = (fn_args.eval_files or [None])[0] if fn_args.base_model else None
     write_model_artifact(
         fn_args.serving_model_dir, task_model, backbone, vocab_dir,
         {"preset": config.preset, "task": task, "train_metrics": metrics,
          "generation": config.generation}, preprocessor=preprocessor,
-        eval_files=(fn_args.eval_files or [None])[0])
+        eval_files=warmup_files)
 
 
 __all__ = ["run_fn", "examples_uri_of", "keras_dir_of", "load_model_backbone",
