@@ -40,6 +40,9 @@ def make_strategy(kind: str = "auto", tpu: str | None = None) -> tf.distribute.S
         tf.tpu.experimental.initialize_tpu_system(resolver)
         strategy = tf.distribute.TPUStrategy(resolver)
     elif kind == "multi_worker" or (kind == "auto" and _tf_config_has_workers()):
+        from lmfactory.components.trainer import keras_multi_worker
+
+        keras_multi_worker.apply()  # Keras 3's fit under this strategy needs two fixes
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     elif kind == "mirrored" or (kind == "auto" and len(tf.config.list_logical_devices("GPU")) > 1):
         strategy = tf.distribute.MirroredStrategy()
