@@ -9,6 +9,7 @@ even steps, then rises: overfitting with a known best checkpoint.
 """
 
 import logging
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -153,3 +154,44 @@ def test_progress_logs_on_the_time_or_step_cadence_with_rate_and_eta(caplog):
     assert steps == ["6", "11", "12"]
     assert "2.00 steps/s, ETA 0:00:00" in caplog.records[-1].getMessage()
     assert format_duration(3725.2) == "1:02:05" and format_duration(float("nan")) == "?"
+
+
+def test_a_non_chief_worker_writes_its_outputs_to_a_removed_scratch_folder(tmp_path,
+                                                                          monkeypatch):
+    """run_fn on a non-chief worker trains the same way but writes the Model artifact and run
+    files into a temporary folder, removed at the end, and resumes from the chief's backup
+    folder (the same key as the chief's)."""
+    from types import SimpleNamespace
+
+    from lmfactory.components.trainer import run_fn as trainer
+
+    seen = {}
+
+    def train(context):
+        seen.update(serving=context.fn_args.serving_model_dir,
+                    run=context.fn_args.model_run_dir, backup=context.config.checkpoint_dir)
+        return {"written": True}
+
+    def write_outputs(fn_args, config, written):
+        seen["written_to"] = fn_args.serving_model_dir
+        assert tmp_path.as_posix() not in fn_args.serving_model_dir
+        (Path(fn_args.serving_model_dir)).mkdir(parents=True)
+
+    fn_args = SimpleNamespace(
+        custom_config={"architecture": "bert"},
+        train_files=[str(tmp_path / "examples" / "Split-train" / "*")],
+        eval_files=[str(tmp_path / "examples" / "Split-eval" / "*")], base_model=None,
+        train_steps=10, eval_steps=1,
+        serving_model_dir=str(tmp_path / "Trainer" / "model" / "5" / "Format-Serving"),
+        model_run_dir=str(tmp_path / "Trainer" / "model_run" / "5"))
+    chief_backup = trainer._checkpoint_dir(fn_args, TrainerConfig.from_dict(
+        fn_args.custom_config))
+    monkeypatch.setattr(trainer, "is_chief", lambda strategy: False)
+    monkeypatch.setattr(trainer.task_kinds, "get",
+                        lambda name: SimpleNamespace(train=train))
+    monkeypatch.setattr(trainer, "_write_outputs", write_outputs)
+    trainer.run_fn(fn_args)
+    assert seen["backup"] == chief_backup and chief_backup.startswith(str(tmp_path))
+    assert seen["written_to"] == seen["serving"] and "lmfactory-worker-outputs-" in seen["run"]
+    assert not Path(seen["serving"]).exists()  # the scratch folder is removed
+    assert fn_args.serving_model_dir.startswith(str(tmp_path))  # the caller's args unchanged
