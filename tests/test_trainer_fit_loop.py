@@ -108,7 +108,22 @@ def test_keep_best_exports_the_best_validation_checkpoint_across_a_resume(tmp_pa
         _fit(tmp_path / "c", 4, 2, keep="best", monitor="f1")
 
 
-def test_trainer_config_checks_keep_settings():
+def test_recipe_and_trainer_config_check_keep_settings():
+    from lmfactory.pipelines.pipeline import _trainer_config
+    from lmfactory.recipe import RecipeError, load_recipe
+
+    recipe = load_recipe("bert_tiny_sst2", ["finetuning.keep=best",
+                                            "finetuning.monitor=accuracy"])
+    config = _trainer_config(recipe, recipe["finetuning"], None)
+    assert (config["keep"], config["monitor"], config["validate_checkpoints"],
+            config["progress_seconds"]) == ("best", "accuracy", True, 30)
+    with pytest.raises(RecipeError, match="'finetuning.keep': must be one of last, best"):
+        load_recipe("bert_tiny_sst2", ["finetuning.keep=first"])
+    with pytest.raises(RecipeError, match="'finetuning.keep': best needs runtime.validate"):
+        load_recipe("bert_tiny_sst2", ["finetuning.keep=best",
+                                       "runtime.validate_checkpoints=false"])
+    with pytest.raises(RecipeError, match="'runtime.progress_seconds'"):
+        load_recipe("bert_tiny_sst2", ["runtime.progress_seconds=0"])
     with pytest.raises(ValueError, match="keep must be one of"):
         TrainerConfig.from_dict({"architecture": "bert", "keep": "first"})
     with pytest.raises(ValueError, match="keep: best needs validate_checkpoints"):
