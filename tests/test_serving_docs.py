@@ -14,7 +14,7 @@ from google.protobuf import text_format
 from tensorflow_serving.apis import predict_pb2
 from tensorflow_serving.config import model_server_config_pb2
 
-from lmfactory.components.pusher import signature_docs, warmup
+from lmfactory.components.pusher import op_audit, signature_docs, warmup
 
 import serving_models
 
@@ -30,6 +30,8 @@ def page():
 def _signature(doc):
     architecture = serving_models.example_case(doc.kind)
     export_dir, _ = serving_models.exported(architecture, doc.kind, doc.variant)
+    # the documented models (regression and single-feature ones too) pass the op audit
+    assert op_audit.unservable_ops(op_audit.saved_model_ops(export_dir)) == {}
     return serving_models.loaded(export_dir).signatures[doc.signature]
 
 
