@@ -250,9 +250,9 @@ def example_case(kind: str) -> str:
 
 
 def _graph_parts(architecture: str, kind: str) -> tuple:
-    """What a pair's serving graph is made of besides its backbone: the kind, the class of
-    the head (or language model) the registry gives, the architecture's own preprocessor
-    factory for the kind (None: the kind's default) and the tokenizer kind."""
+    """What a pair's serving graph is made of besides its backbone and tokenizer: the kind,
+    the class of the head (or language model) the registry gives and the architecture's own
+    preprocessor factory for the kind (None: the kind's default)."""
     arch = models.get(architecture)
     head_kind = task_kinds.get(kind).head
     if kind == "language_model":
@@ -263,14 +263,16 @@ def _graph_parts(architecture: str, kind: str) -> tuple:
         head = arch.head(head_kind)
     preprocessor = arch.preprocessor(kind) if head_kind else None
     name = lambda f: None if f is None else f"{f.__module__}.{f.__qualname__}"  # noqa: E731
-    return kind, name(head), name(preprocessor), arch.tokenizer_kind
+    return kind, name(head), name(preprocessor)
 
 
 def audit_cases(full: bool = False) -> list:
     """The pairs the op audit exports: every pair with ``full``; otherwise a covering
-    subset, a pair being left out only when its architecture's backbone AND its graph
-    parts (`_graph_parts`: kind, head class, preprocessor factory, tokenizer kind) are
-    both in pairs already exported. Pairs the kind refuses to build are left out."""
+    subset, a pair being left out only when its architecture (backbone and tokenizer) AND
+    its graph parts (`_graph_parts`: kind, head class, preprocessor factory) are both in
+    pairs already exported. An op the model server lacks comes from a piece of code (a
+    layer, a tokenizer, a head, a packing), which the subset exports at least once. Pairs
+    the kind refuses to build are left out."""
     chosen, backbones, parts = [], set(), set()
     for name, kind in serving_cases():
         if refusal(name, kind):

@@ -3,9 +3,9 @@ server links (tensorflow/serving 2.16.1: TensorFlow 2.16's core ops plus tensorf
 op library, components/pusher/op_audit.py), for every architecture and every task kind it
 serves. The SavedModels are the kinds' own exports of tiny untrained models
 (tests/serving_models.py) of the (architecture, kind) pairs the registries give: by
-default a covering subset (every backbone, and every distinct kind / head class /
-preprocessor factory / tokenizer kind, `serving_models.audit_cases`), every pair with
-LMFACTORY_FULL_OP_AUDIT=1 (~3x the time)."""
+default a covering subset (every architecture's backbone and tokenizer, and every distinct
+kind / head class / preprocessor factory, `serving_models.audit_cases`), every pair with
+LMFACTORY_FULL_OP_AUDIT=1 (~2.5x the time)."""
 
 import os
 
