@@ -10,7 +10,7 @@ import os
 
 from tfx import v1 as tfx
 
-from lmfactory.pipelines import beam_workers, local_state
+from lmfactory.pipelines import beam_workers, local_state, vertex
 from lmfactory.pipelines.pipeline import create_pipeline
 
 DEFAULT_IMAGE = "gcr.io/tfx-oss-public/tfx:1.16.0"
@@ -56,8 +56,31 @@ def summarize_local_run(recipe: dict, layout: dict) -> dict:
 
 
 def compile_vertex(recipe: dict, output_file: str, pipeline_root: str,
-                   image: str = DEFAULT_IMAGE, serving_dir: str | None = None) -> str:
-    """Compiles the same DAG to a Vertex AI / KFP v2 pipeline JSON."""
+                   image: str = DEFAULT_IMAGE, serving_dir: str | None = None,
+                   local_data: str = "refuse", project: str | None = None,
+                   region: str | None = None) -> str:
+    """Compiles the same DAG to a Vertex AI / KFP v2 pipeline JSON whose every task runs
+    ``image`` (built from the Dockerfile: this package on the pinned TFX image).
+
+    ``local_data``: what to do with data paths a Vertex worker cannot read (pipelines/
+    vertex.py): ``"refuse"`` (a RecipeError naming the first field), ``"stage"`` (copy them
+    under ``<pipeline_root>/staged_data/`` and compile the copies' paths) or ``"as_is"``
+    (compile them unchanged: only to inspect the DAG's shape). A recipe whose
+    ``runtime.beam.extra_args`` ask for ``--runner=DataflowRunner`` gets the flags Dataflow
+    needs (``vertex.vertex_beam_args``)."""
+    if local_data == "refuse":
+        vertex.refuse_local_data(recipe)
+    elif local_data == "stage":
+        recipe, staged = vertex.stage_local_data(recipe, pipeline_root)
+        for line in staged:
+            logging.info("Staged %s", line)
+    elif local_data != "as_is":
+        raise ValueError(f"local_data must be refuse, stage or as_is, got {local_data!r}")
+    if image == DEFAULT_IMAGE:
+        logging.warning("Vertex tasks will run %s, which does not contain lmfactory: build "
+                        "and push the Dockerfile's image and pass it", image)
+    recipe = vertex.with_beam_args(recipe, vertex.vertex_beam_args(
+        recipe, image, pipeline_root, project=project, region=region))
     serving_dir = serving_dir or os.path.join(pipeline_root, "serving")
     pipeline = create_pipeline(recipe, pipeline_root, serving_dir)
     runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
