@@ -12,12 +12,15 @@ missing parameter fails.
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import tensorflow as tf
+import yaml
 
 from dag_helpers import TINY_TRAINING, small_corpus, small_tsv
 from lmfactory.pipelines import runners
@@ -86,7 +89,10 @@ class VertexEmulator:
         artifacts = {}
         for key, reference in task.get("inputs", {}).get("artifacts", {}).items():
             source = reference["taskOutputArtifact"]
-            produced = self.outputs[source["producerTask"]][source["outputArtifactKey"]]
+            produced = self.outputs[source["producerTask"]].get(source["outputArtifactKey"])
+            if produced is None:  # a resolver that found nothing
+                artifacts[key] = {"artifacts": []}
+                continue
             artifacts[key] = {"artifacts": [{
                 "name": produced["name"], "uri": produced["uri"],
                 "metadata": produced.get("metadata", {}),
@@ -118,14 +124,59 @@ class VertexEmulator:
             raise TaskFailed(f"{name}: placeholders this emulator does not fill: {unresolved}")
         return line
 
+    def executor(self, name: str) -> dict:
+        label = self.component(name)["executorLabel"]
+        return self.spec["deploymentSpec"]["executors"][label]
+
+    def resolve(self, name: str, store: list[dict]) -> dict:
+        """A resolver task: Vertex runs its ``outputArtifactQueries`` (ML Metadata filters)
+        and passes what they match on; ``store`` holds the artifacts of earlier runs,
+        each ``{"schema_title", "name", "uri", "metadata"}``. A filter clause this emulator
+        does not know fails the test."""
+        produced = {}
+        for key, query in self.executor(name)["resolver"]["outputArtifactQueries"].items():
+            found = [artifact for artifact in store
+                     if all(self._matches(name, clause, artifact)
+                            for clause in query["filter"].split(" AND "))]
+            produced[key] = found[-1] if found else None
+        self.outputs[name] = {key: value for key, value in produced.items() if value}
+        return self.outputs[name]
+
+    def _matches(self, task: str, clause: str, artifact: dict) -> bool:
+        def input_metadata(match):  # {{$.inputs.artifacts['input'].metadata['key']}}
+            source = self.task(task)["inputs"]["artifacts"][match[1]]["taskOutputArtifact"]
+            upstream = self.outputs[source["producerTask"]].get(source["outputArtifactKey"])
+            return str(upstream["metadata"][match[2]]) if upstream else "<none>"
+
+        clause = re.sub(r"\{\{\$\.inputs\.artifacts\['([^']+)'\]\.metadata\['([^']+)'\]\}\}",
+                        input_metadata, clause.strip())
+        if clause == "state=LIVE":
+            return True
+        if match := re.fullmatch(r'schema_title="([^"]+)"', clause):
+            return artifact["schema_title"] == match[1]
+        if match := re.fullmatch(r'name="([^"]*)"', clause):
+            return artifact["name"] == match[1]
+        if match := re.fullmatch(r"metadata\.(\w+)\.number_value=([\d.]+)", clause):
+            return artifact["metadata"].get(match[1]) == float(match[2])
+        raise TaskFailed(f"{task}: filter clause this emulator does not know: {clause}")
+
+    def store(self) -> list[dict]:
+        """The artifacts this run produced, as ML Metadata would hold them."""
+        return [{**artifact, "schema_title": yaml.safe_load(
+                     artifact["type"]["instanceSchema"])["title"]}
+                for task, outputs in self.outputs.items()
+                if "container" in self.executor(task) for artifact in outputs.values()]
+
     def run(self, name: str) -> dict:
         """Runs task ``name``; returns its outputs (key -> RuntimeArtifact dict)."""
         executor_input = self.executor_input(name)
         line = self.command(name, executor_input)
         env = {**os.environ, **self.env, **{item["name"]: item["value"] for item in
                                           self.container(name).get("env", [])}}
+        started = time.monotonic()
         done = subprocess.run(line, env=env, capture_output=True, text=True,
                               timeout=TASK_TIMEOUT_S)
+        print(f"{name}: {time.monotonic() - started:.1f} s")  # shown with pytest -s
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).splitlines()[-25:])
             raise TaskFailed(f"{name} exited with {done.returncode}:\n{tail}")
@@ -139,7 +190,7 @@ class VertexEmulator:
             assert artifact["uri"] == given["artifacts"][0]["uri"], (name, key)
             assert artifact["name"] == given["artifacts"][0]["name"], (name, key)
             assert any(Path(artifact["uri"]).iterdir()), f"{name}.{key} is empty"
-            produced[key] = artifact
+            produced[key] = {**artifact, "type": given["artifacts"][0]["type"]}
         self.outputs[name] = produced
         return produced
 
@@ -157,8 +208,8 @@ def compiled(tmp_path_factory, demo_data):
     recipe = load_recipe("bert_tiny_sst2", TINY_TRAINING + [
         f"data.corpus.path={corpus}", f"data.task.splits.train={train}",
         f"data.task.splits.eval={dev}", "tokenizer.vocab_size=300",
-        "pretraining.steps=4", "runtime.steps_per_checkpoint=2",
-        "finetuning.sequence_length=32"])
+        "pretraining.steps=4", "finetuning.steps=4", "runtime.steps_per_checkpoint=2",
+        "finetuning.sequence_length=32", "evaluation.threshold=0.0"])
     root = tmp / "bucket" / "root"
     output = tmp / "pipeline.json"
     runners.compile_vertex(recipe, str(output), str(root), image=IMAGE, local_data="stage")
@@ -210,13 +261,41 @@ def test_chained_tasks_of_the_compiled_spec_run_as_on_vertex(compiled):
     assert len(ids) == 32 and 0 <= min(ids) and max(ids) < len(words)
 
     produced = vertex.run("Pretrainer")
-    model = Path(produced["model"]["uri"])
-    model_config = json.loads((model / "keras" / "model_config.json").read_text())
+    pretrained = Path(produced["model"]["uri"])
+    model_config = json.loads((pretrained / "keras" / "model_config.json").read_text())
     assert model_config["architecture"] == "bert"
-    assert (model / "keras" / "model.keras").is_file()
-    assert (model / "keras" / "vocabulary" / "vocab.txt").read_text().splitlines() == words
-    assert (model / "Format-Serving" / "saved_model.pb").is_file()
+    assert (pretrained / "keras" / "model.keras").is_file()
+    assert (pretrained / "keras" / "vocabulary" / "vocab.txt").read_text().splitlines() == words
     assert any(Path(produced["model_run"]["uri"]).iterdir())
+
+    # The rest of the DAG: task data, fine-tuning from the Pretrainer's model, the blessing
+    # gate (nothing blessed before: both resolvers find nothing), the push.
+    task_examples = vertex.run("TaskExampleGen")["examples"]
+    assert sorted(json.loads(task_examples["metadata"]["split_names"])) == ["eval", "train"]
+    finetuned = vertex.run("FineTuner")["model"]
+    assert json.loads((Path(finetuned["uri"]) / "keras" / "model_config.json").read_text())[
+        "task"]["kind"] == "classification"
+    assert (Path(finetuned["uri"]) / "Format-Serving" / "saved_model.pb").is_file()
+    for resolver in ("LatestBlessedModelResolver-model-blessing-resolver",
+                     "LatestBlessedModelResolver-model-resolver"):
+        assert vertex.resolve(resolver, store=[]) == {}
+    evaluated = vertex.run("LMEvaluator")
+    metrics = json.loads((Path(evaluated["evaluation"]["uri"]) / "metrics.json").read_text())
+    assert metrics["blessed"] is True and metrics["metrics"]["examples"] == 20
+    assert (Path(evaluated["blessing"]["uri"]) / "BLESSED").is_file()
+    pushed = vertex.run("Pusher")["pushed_model"]
+    assert pushed["metadata"]["pushed"] == 1
+    destination = Path(pushed["metadata"]["pushed_destination"])
+    assert destination.is_relative_to(root / "serving") and destination.name.isdigit()
+    assert (destination / "saved_model.pb").is_file()
+
+    # The next run's baseline: the compiled resolver queries (ML Metadata filters on the
+    # blessing's ``blessed`` and ``current_model_id``) must find this run's FineTuner model.
+    store = vertex.store()
+    blessing = vertex.resolve("LatestBlessedModelResolver-model-blessing-resolver", store)
+    assert blessing["model_blessing"]["name"] == evaluated["blessing"]["name"]
+    baseline = vertex.resolve("LatestBlessedModelResolver-model-resolver", store)
+    assert baseline and baseline["model"]["name"] == finetuned["name"]
 
 
 def _broken(output: Path, tmp_path: Path, task: str, edit) -> Path:
