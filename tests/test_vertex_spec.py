@@ -51,11 +51,14 @@ class VertexEmulator:
     input, and reads the ``ExecutorOutput`` the task wrote. Nothing of the pipeline's
     Python objects is used: only the JSON."""
 
-    def __init__(self, spec_file: Path, root: Path, env: dict | None = None):
+    def __init__(self, spec_file: Path, root: Path):
         job = json.loads(spec_file.read_text())
         self.spec = job["pipelineSpec"]
         self.root = root
-        self.env = env or {}
+        # TFX's Beam executors leave a ~50 MB copy of TFX in the temporary folder
+        # (dependency_utils.build_ephemeral_package): keep it under the test's folder.
+        (root.parent / "task_tmp").mkdir(parents=True, exist_ok=True)
+        self.env = {"TMPDIR": str(root.parent / "task_tmp")}
         self.outputs = {}  # task -> {output key: RuntimeArtifact dict}
         self._ids = itertools.count(1)
 
@@ -325,7 +328,7 @@ def _dropped_parameter(spec: dict, task: str) -> None:
 def test_a_broken_spec_fails_when_its_task_runs(compiled, tmp_path, edit, message):
     output, root, _ = compiled
     broken = _broken(output, tmp_path, "CorpusExampleGen", edit)
-    with pytest.raises(TaskFailed, match=message):
+    with pytest.raises(TaskFailed, match=message) as failed:
         VertexEmulator(broken, tmp_path / "root").run("CorpusExampleGen")
 
 
