@@ -99,8 +99,11 @@ def test_dataflow_flags_are_completed_from_the_command_line_and_the_image():
                                   IMAGE, "gs://b/root", project="p", region="r")
     assert "--project=q" in own and "--project=p" not in own
     assert "--sdk_container_image=other" in own and f"--sdk_container_image={IMAGE}" not in own
-    # No runner asked: the DirectRunner in each task's container, flags as given.
-    assert vertex.vertex_beam_args(load_recipe("bert_tiny_sst2"), IMAGE, "gs://b/root") == []
+    # No runner asked: the DirectRunner in each task's container, whose image is the SDK's.
+    assert vertex.vertex_beam_args(load_recipe("bert_tiny_sst2"), IMAGE, "gs://b/root") == [
+        f"--sdk_container_image={IMAGE}"]
+    flink = load_recipe("bert_tiny_sst2", ["runtime.beam.extra_args=[--runner=FlinkRunner]"])
+    assert vertex.vertex_beam_args(flink, IMAGE, "gs://b/root") == ["--runner=FlinkRunner"]
 
 
 def test_dataflow_without_a_project_or_a_cloud_temp_location_is_refused():
