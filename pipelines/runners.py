@@ -10,6 +10,7 @@ import os
 
 from tfx import v1 as tfx
 
+from lmfactory.components.trainer.serving import SERVING_DIR
 from lmfactory.pipelines import beam_workers, local_state
 from lmfactory.pipelines.pipeline import create_pipeline
 
@@ -52,7 +53,11 @@ def summarize_local_run(recipe: dict, layout: dict) -> dict:
     pushed = os.path.join(model_dir, versions[-1]) if versions else None
     if outcome and not outcome["blessed"]:
         pushed = None
-    return {"evaluation": outcome, "pushed_model": pushed, **layout}
+    # The evaluated model's SavedModel, pushed or not (the Evaluator records its artifact).
+    exported = os.path.join(outcome["model"], SERVING_DIR) \
+        if outcome and outcome.get("model") else None
+    return {"evaluation": outcome, "pushed_model": pushed, "exported_model": exported,
+            **layout}
 
 
 def compile_vertex(recipe: dict, output_file: str, pipeline_root: str,
