@@ -8,8 +8,10 @@ A MODEL is one of:
   Serving's ``--model_base_path`` names): the newest version, as TF Serving serves it; a
   folder holding exactly one such serving folder (``runs/<recipe>/serving``) too;
 * a Model artifact (the folder holding ``Format-Serving/`` and ``keras/``);
-* a local run folder (``runs/<recipe>``): the model its newest evaluation scored, else the
-  newest model of its last training stage.
+* a local run folder (``runs/<recipe>``): its pushed model's newest version for
+  `saved_model_dir`; the model its newest evaluation scored (else the newest model of its
+  last training stage) for `model_artifact`, and for `saved_model_dir` when nothing was
+  pushed.
 
 `saved_model_dir` gives the SavedModel to call; `model_artifact` the Model artifact (the
 trained Keras model, vocabulary and task record the Evaluator needs), found for a pushed
@@ -60,8 +62,13 @@ def saved_model_dir(path: str) -> str:
                   if _versions(os.path.join(path, n))]
         if len(served) == 1:
             return os.path.join(served[0], _versions(served[0])[-1])
-        if os.path.isdir(os.path.join(path, "pipeline")) or os.path.isdir(
-                os.path.join(path, "serving")):
+        if os.path.isdir(os.path.join(path, "serving")):  # a run folder: what it pushed
+            pushed = [os.path.join(path, "serving", n)
+                      for n in sorted(os.listdir(os.path.join(path, "serving")))
+                      if _versions(os.path.join(path, "serving", n))]
+            if len(pushed) == 1:
+                return os.path.join(pushed[0], _versions(pushed[0])[-1])
+        if os.path.isdir(os.path.join(path, "pipeline")):  # else the model it evaluated
             return os.path.join(model_artifact(path), SERVING_DIR)
         if len(served) > 1:
             raise ModelPathError(f"{path!r} holds several served models "

@@ -30,9 +30,11 @@ without its trailing padding; floats rounded to 6 decimals).
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 DEFAULT_SIGNATURE = "serving_default"
+PROGRESS_EVERY = 20  # batches between progress lines on stderr (long inputs only)
 
 
 class PredictError(ValueError):
@@ -212,6 +214,23 @@ def rows_of(outputs: dict, batch_size: int) -> list[dict]:
     return rows
 
 
+_NOT_THE_MESSAGE = ("Graph execution error", "Detected at node", "<stack traces", "[[",
+                    "File ")
+
+
+def error_line(error: Exception) -> str:
+    """The line of a failed signature call that says what is wrong: the message of the
+    graph's failed assertion (the serving modules check their inputs with messages naming
+    them), else the first line that is not TensorFlow's node / stack bookkeeping."""
+    message = getattr(error, "message", None) or str(error)
+    asserted = re.search(r"assertion failed: \[(.*?)\]", message, flags=re.S)
+    if asserted:
+        return asserted.group(1).replace("\\'", "'").strip().rstrip(". ")
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(_NOT_THE_MESSAGE)]
+    return (useful or lines or [type(error).__name__])[0]
+
+
 def load_signatures(model_dir: str):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModels use)
@@ -233,16 +252,18 @@ def predict(model_dir: str, lines: list[str], signature: str | None = None,
     examples = [parse_example(line, example_inputs, number)
                 for number, line in enumerate(lines, 1)]
     written = 0
-    for start in range(0, len(examples), batch_size):
+    batches = -(-len(examples) // batch_size)
+    for number, start in enumerate(range(0, len(examples), batch_size), 1):
+        if batches > PROGRESS_EVERY and number % PROGRESS_EVERY == 0:
+            print(f"lmfactory: {written:,} of {len(examples):,} inputs predicted",
+                  file=sys.stderr, flush=True)
         batch = examples[start:start + batch_size]
         tensors = _batch_tensors(batch, inputs, example_inputs, settings)
         try:
             outputs = function(**tensors)
         except (tf.errors.InvalidArgumentError, ValueError, TypeError) as error:
-            message = getattr(error, "message", None) or str(error)
-            first = next((line.strip() for line in message.splitlines() if line.strip()),
-                         type(error).__name__)
-            raise PredictError(f"inputs {start + 1}-{start + len(batch)}: {first}") from None
+            raise PredictError(f"inputs {start + 1}-{start + len(batch)}: "
+                               f"{error_line(error)}") from None
         for row in rows_of(outputs, len(batch)):
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
             written += 1

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from lmfactory import models
 from lmfactory.cli import names
 from lmfactory.recipe import recipe_names
@@ -54,3 +56,37 @@ def test_source_reader_finds_literal_registrations_in_packages_only(tmp_path):
     (tmp_path / "loose").mkdir()  # no __init__.py: models/__init__.py does not import it
     (tmp_path / "loose" / "x.py").write_text("Architecture(name='delta')\n")
     assert names.architecture_names(str(tmp_path)) == ["alpha", "beta"]
+
+
+_NATIVE = textwrap.dedent("""
+    import os, sys
+    from lmfactory.cli.quiet import native_stderr_hidden
+    with native_stderr_hidden(sys.argv[1] == "hide"):
+        os.write(2, b"native line\\n")  # what TensorFlow's / absl's C++ logging does
+        print("python line", file=sys.stderr)
+    os.write(2, b"after\\n")
+""")
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("hide", "python line\nafter\n"),
+    ("show", "native line\npython line\nafter\n")])
+def test_native_log_lines_are_hidden_by_default_and_shown_with_verbose(mode, expected):
+    result = subprocess.run([sys.executable, "-c", _NATIVE, mode], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0 and result.stderr == expected
+
+
+def test_default_verbosity_quiets_tensorflow_before_its_import(monkeypatch):
+    import warnings
+
+    from lmfactory import cli
+
+    for name in cli.QUIET_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    with warnings.catch_warnings():
+        cli._configure_logging(verbose=True)
+        assert all(name not in os.environ for name in cli.QUIET_ENVIRONMENT)
+        cli._configure_logging(verbose=False)
+        assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "3"
+        assert os.environ["GRPC_VERBOSITY"] == "ERROR"

@@ -61,7 +61,7 @@ def pushed(tmp_path_factory):
     logits = head(select_inputs(head, packed), training=False)
     probabilities = tf.nn.softmax(tf.cast(logits, tf.float32)).numpy()
     return {"run": root / "run", "artifact": artifact, "serving": serving,
-            "probabilities": probabilities}
+            "probabilities": probabilities, "vocab": vocab}
 
 
 def _json_lines(text):
@@ -172,6 +172,39 @@ def test_evaluate_a_causal_lm_on_a_text_file(tmp_path, capsys, monkeypatch):
     assert perplexity == pytest.approx(np.exp(nll), rel=1e-3)
     assert 1.0 < perplexity < 3 * tokenizer.vocabulary_size()
     assert "causal_lm windows: done in" in err
+
+
+def test_predict_multiple_choice_takes_a_row_of_choices(pushed, tmp_path, capsys):
+    """Surplus tab-separated fields, or a JSON list, become the [batch, choices] input of a
+    multiple-choice SavedModel (components/trainer/multiple_choice_serving.py)."""
+    from lmfactory.components.trainer.multiple_choice_serving import (
+        export_multiple_choice_model)
+    from lmfactory.models.tasks.multiple_choice import MultipleChoice
+    from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
+
+    keras.utils.set_random_seed(4)
+    backbone = models.build("bert", "tiny", vocabulary_size=len(wordpiece.RESERVED_TOKENS)
+                            + len(WORDS), num_layers=1, hidden_dim=16, num_heads=2,
+                            intermediate_dim=32, max_sequence_length=32)
+    model = MultipleChoice(backbone, num_choices=3)
+    preprocessor = MultipleChoicePreprocessor.from_vocabulary(pushed["vocab"], "bert",
+                                                              sequence_length=12)
+    export_multiple_choice_model(model, preprocessor, str(tmp_path / "mc"))
+    questions = [("the cat sat on", ["the mat", "a dog", "bad film"]),
+                 ("a good", ["movie", "plot", "cat"])]
+    lines = [q + "\t" + "\t".join(c) for q, c in questions[:1]] + [
+        json.dumps({"context": q, "choices": c}) for q, c in questions[1:]]
+    assert cli.main(["predict", str(tmp_path / "mc"), "--fields", "context,choices",
+                     *lines]) == 0
+    rows = _json_lines(capsys.readouterr().out)
+    packed = preprocessor((tf.constant([q for q, _ in questions]),
+                           tf.constant([c for _, c in questions])))
+    expected = tf.nn.softmax(model(packed, training=False)).numpy()
+    np.testing.assert_allclose([r["probabilities"] for r in rows], expected, atol=1e-5)
+    assert [r["label"] for r in rows] == expected.argmax(-1).tolist()
+    assert cli.main(["predict", str(tmp_path / "mc"), "--fields", "context,choices",
+                     "q\tonly\ttwo"]) == 2
+    assert "every question needs exactly 3 choices" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- every kind

@@ -5,6 +5,7 @@ tuned on the scored split beside held-out ones)."""
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -43,6 +44,7 @@ def test_model_arguments_resolve_to_saved_models_and_artifacts(tmp_path):
     assert saved(str(run / "serving")) == str(serving / "2000")
     assert saved(old) == os.path.join(old, "Format-Serving")
     assert saved(str(serving / "100")) == str(serving / "100")
+    assert saved(str(run)) == str(serving / "2000")  # a run folder: what it pushed
     artifact = model_paths.model_artifact
     assert artifact(str(serving / "100")) == old  # the artifact it was pushed from
     assert artifact(str(serving)) == pretrained
@@ -52,6 +54,8 @@ def test_model_arguments_resolve_to_saved_models_and_artifacts(tmp_path):
     report.parent.mkdir(parents=True)
     report.write_text(json.dumps({"blessed": False, "model": old}))
     assert artifact(str(run)) == old  # what the newest evaluation scored
+    shutil.rmtree(run / "serving")
+    assert saved(str(run)) == os.path.join(old, "Format-Serving")  # nothing pushed
     stray = _saved_model(tmp_path / "elsewhere" / "1", "lonely")
     with pytest.raises(model_paths.ModelPathError, match="without its Model artifact"):
         artifact(stray)
