@@ -10,8 +10,8 @@
                        [--scoring mean|sum|unconditional] [--markdown out.md]
 
 MODEL: a pushed SavedModel, a serving folder of versions (the newest is used), a Model
-artifact or a run folder (runs/<recipe>). -v on any command shows TensorFlow's and the
-Google libraries' own log lines and warnings, hidden by default.
+artifact or a run folder (runs/<recipe>). -v (every command but list) shows TensorFlow's
+and the Google libraries' own log lines and warnings, hidden by default.
 """
 
 from __future__ import annotations
@@ -74,8 +74,7 @@ def _parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="print architectures and recipes, one name per line")
-    helps = {"validate": "check a recipe (every field, the data files' first lines); runs "
-                         "nothing",
+    helps = {"validate": "check every field of a recipe; runs nothing",
              "run": "run a recipe's pipeline (locally, or submit it to Vertex AI)",
              "compile": "write a recipe's Vertex AI / Kubeflow pipeline JSON"}
     for name in ("validate", "run", "compile"):

@@ -3,8 +3,8 @@ exported with the project's own code (components/trainer/export.py), pushed as a
 serving folder, and on a tiny causal LM; plus the signature-driven input parsing every task
 kind's SavedModel goes through."""
 
+import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -88,22 +88,29 @@ def test_predict_console_script_is_quiet_and_matches_the_keras_model(pushed):
 
 
 def test_predict_fields_order_and_one_line_errors(pushed, capsys):
+    signatures = predict_lib.load_signatures(str(pushed["serving"] / "1700000000"))
     a, b = PAIRS[0]
-    assert cli.main(["predict", str(pushed["artifact"]), "--fields", "sentence2,sentence1",
-                     f"{b}\t{a}"]) == 0
-    row, = _json_lines(capsys.readouterr().out)
+    out = io.StringIO()
+    assert predict_lib.predict("", [f"{b}\t{a}"], fields=["sentence2", "sentence1"], out=out,
+                               signatures=signatures) == 1
+    row, = _json_lines(out.getvalue())
     np.testing.assert_allclose(row["probabilities"], pushed["probabilities"][0], atol=1e-5)
-    for argv, message in [
-        ([str(pushed["serving"]), "only one field"],
+    for line, message in [
+        ("only one field",
          "input 1: 1 tab-separated field(s) for the model's 2 inputs ['sentence1', 'sentence2']"),
-        ([str(pushed["serving"]), '{"sentence1": "a"'], "input 1: not valid JSON"),
+        ('{"sentence1": "a"', "input 1: not valid JSON"),
+        ('{"sentence1": ["a", "b"], "sentence2": "c"}',
+         "inputs 1-1: serving_default: 'sentence1' must be a 1-D batch of UTF-8 strings")]:
+        with pytest.raises(predict_lib.PredictError) as error:
+            predict_lib.predict("", [line], out=io.StringIO(), signatures=signatures)
+        assert str(error.value).startswith(message), str(error.value)
+    for argv, message in [
         ([str(pushed["serving"]), "x\ty", "--signature", "nope"],
-         "the model has no signature 'nope'"),
-        ([str(pushed["run"] / "nowhere"), "x"], "No model at"),
-    ]:
+         "lmfactory: the model has no signature 'nope'"),
+        ([str(pushed["run"] / "nowhere"), "x"], "lmfactory: No model at")]:
         assert cli.main(["predict", *argv]) == 2
         err = capsys.readouterr().err
-        assert message in err and len(err.strip().splitlines()) == 1, err
+        assert err.startswith(message) and len(err.strip().splitlines()) == 1, err
 
 
 def test_evaluate_a_pushed_classifier_on_a_new_tsv(pushed, tmp_path, capsys):
@@ -174,7 +181,7 @@ def test_evaluate_a_causal_lm_on_a_text_file(tmp_path, capsys, monkeypatch):
     assert "causal_lm windows: done in" in err
 
 
-def test_predict_multiple_choice_takes_a_row_of_choices(pushed, tmp_path, capsys):
+def test_predict_multiple_choice_takes_a_row_of_choices(pushed, tmp_path):
     """Surplus tab-separated fields, or a JSON list, become the [batch, choices] input of a
     multiple-choice SavedModel (components/trainer/multiple_choice_serving.py)."""
     from lmfactory.components.trainer.multiple_choice_serving import (
@@ -190,21 +197,25 @@ def test_predict_multiple_choice_takes_a_row_of_choices(pushed, tmp_path, capsys
     preprocessor = MultipleChoicePreprocessor.from_vocabulary(pushed["vocab"], "bert",
                                                               sequence_length=12)
     export_multiple_choice_model(model, preprocessor, str(tmp_path / "mc"))
+    signatures = predict_lib.load_signatures(str(tmp_path / "mc"))
     questions = [("the cat sat on", ["the mat", "a dog", "bad film"]),
                  ("a good", ["movie", "plot", "cat"])]
     lines = [q + "\t" + "\t".join(c) for q, c in questions[:1]] + [
         json.dumps({"context": q, "choices": c}) for q, c in questions[1:]]
-    assert cli.main(["predict", str(tmp_path / "mc"), "--fields", "context,choices",
-                     *lines]) == 0
-    rows = _json_lines(capsys.readouterr().out)
+    out = io.StringIO()
+    predict_lib.predict("", lines, fields=["context", "choices"], out=out,
+                        signatures=signatures)
+    rows = _json_lines(out.getvalue())
     packed = preprocessor((tf.constant([q for q, _ in questions]),
                            tf.constant([c for _, c in questions])))
     expected = tf.nn.softmax(model(packed, training=False)).numpy()
     np.testing.assert_allclose([r["probabilities"] for r in rows], expected, atol=1e-5)
     assert [r["label"] for r in rows] == expected.argmax(-1).tolist()
-    assert cli.main(["predict", str(tmp_path / "mc"), "--fields", "context,choices",
-                     "q\tonly\ttwo"]) == 2
-    assert "every question needs exactly 3 choices" in capsys.readouterr().err
+    with pytest.raises(predict_lib.PredictError,
+                       match="inputs 1-1: serving_default: every question needs exactly 3 "
+                             "choices"):
+        predict_lib.predict("", ["q\tonly\ttwo"], fields=["context", "choices"],
+                            out=io.StringIO(), signatures=signatures)
 
 
 # --------------------------------------------------------------------------- every kind
