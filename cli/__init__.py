@@ -17,6 +17,7 @@ and the Google libraries' own log lines and warnings, hidden by default.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -182,8 +183,6 @@ def _parse_ks(text: str) -> list[int]:
 
 
 def _few_shot(args) -> int:
-    import json
-
     from lmfactory.components.evaluator import few_shot
 
     ks = _parse_ks(args.k)
@@ -241,8 +240,6 @@ def _predict(args) -> int:
 
 
 def _evaluate(args) -> int:
-    import json
-
     from lmfactory.cli.evaluate import EvaluateError, evaluate, format_result, parse_options
     from lmfactory.cli.model_paths import ModelPathError
 
@@ -317,8 +314,17 @@ def _run_local(args, recipe) -> int:
     print(f"\n== Finished in {minutes:.1f} min")
     if outcome:
         for name, value in outcome["metrics"].items():
-            print(f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {value}")
+            if isinstance(value, dict) and "matrix" in value:
+                continue  # a confusion matrix: drawn in the evaluation report
+            shown = (f"{value:.4f}" if isinstance(value, float) else
+                     json.dumps(value) if isinstance(value, (dict, list)) else f"{value}")
+            meaning = (outcome.get("meanings") or {}).get(name)
+            print(f"{name}: {shown}" + (f"  - {meaning}" if meaning else ""))
+        for note in outcome.get("notes") or []:
+            print(f"note: {note}")
         print(f"blessed: {outcome['blessed']} ({outcome['reason']})")
+        if summary.get("evaluation_report"):
+            print(f"evaluation report: {summary['evaluation_report']}")
     if summary["pushed_model"]:
         print(f"pushed model: {summary['pushed_model']}")
     else:

@@ -19,6 +19,7 @@ text for a language model, else a TSV with a header and a ``label`` column; ``--
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -179,7 +180,8 @@ def format_result(result: dict) -> str:
     lines = []
     for name in official + [m for m in metrics if m not in official]:
         value = metrics[name]
-        shown = f"{value:.4f}" if isinstance(value, float) else f"{value}"
+        shown = (f"{value:.4f}" if isinstance(value, float) else
+                 json.dumps(value) if isinstance(value, (dict, list)) else f"{value}")
         meaning = metric_lib.describe(name, result["task"])
         mark = " (official)" if name in official else ""
         lines.append(f"{name}: {shown}{mark}" + (f"  - {meaning}" if meaning else ""))

@@ -56,7 +56,9 @@ def summarize_local_run(recipe: dict, layout: dict) -> dict:
     # The evaluated model's SavedModel, pushed or not (the Evaluator records its artifact).
     exported = os.path.join(outcome["model"], SERVING_DIR) \
         if outcome and outcome.get("model") else None
+    report = os.path.join(os.path.dirname(evaluation), "report.md") if evaluation else None
     return {"evaluation": outcome, "pushed_model": pushed, "exported_model": exported,
+            "evaluation_report": report if report and os.path.exists(report) else None,
             **layout}
 
 

@@ -77,6 +77,10 @@ def test_an_unblessed_run_names_its_exported_model(tmp_path):
     summary = runners.summarize_local_run({"serving": {"model_name": "r"}}, layout)
     assert summary["pushed_model"] is None
     assert summary["exported_model"] == os.path.join(model, "Format-Serving")
+    assert summary["evaluation_report"] is None  # no report.md written
+    open(os.path.join(os.path.dirname(report), "report.md"), "w").close()
+    summary = runners.summarize_local_run({"serving": {"model_name": "r"}}, layout)
+    assert summary["evaluation_report"] == os.path.join(os.path.dirname(report), "report.md")
 
 
 def test_an_imported_checkpoint_is_described_by_its_own_sizes(tmp_path):
@@ -151,3 +155,32 @@ def test_report_shows_meanings_and_notes(tmp_path):
     assert "| metric | value | meaning |" in text
     assert "| f1 | 0.7500 | F1 of class 1 ('yes') against all others |" in text
     assert "accuracy counts each of the 10 examples of eval once." in text
+
+
+def test_run_prints_the_checkpoint_size_meanings_and_the_unpushed_model(tmp_path, capsys,
+                                                                        monkeypatch):
+    from lmfactory import cli
+    from lmfactory.pipelines import runners
+
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"model_type": "bert", "num_hidden_layers": 6,
+                                                "hidden_size": 384}))
+    exported = str(tmp_path / "FineTuner" / "model" / "5" / "Format-Serving")
+    outcome = {"blessed": False, "reason": "accuracy=0.5000 does not pass threshold 0.8",
+               "metrics": {"accuracy": 0.5, "examples": 8,
+                           "confusion_matrix": {"labels": ["0", "1"], "matrix": [[4, 0],
+                                                                                 [4, 0]]}},
+               "meanings": {"accuracy": "fraction right"}, "notes": ["a note"]}
+    monkeypatch.setattr(runners, "run_local", lambda recipe, output_dir, enable_cache: {
+        "evaluation": outcome, "pushed_model": None, "exported_model": exported,
+        "evaluation_report": "/r/report.md"})
+    assert cli.main(["run", "bert_tiny_sst2", "--output-dir", str(tmp_path / "runs"),
+                     "--set", f"pretraining.init_checkpoint={hf}"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"Running recipe bert_tiny_sst2 (bert from checkpoint {hf}: "
+                             f"6 layers, hidden 384) locally")
+    assert out[-7:] == ["accuracy: 0.5000  - fraction right", "examples: 8", "note: a note",
+                        "blessed: False (accuracy=0.5000 does not pass threshold 0.8)",
+                        "evaluation report: /r/report.md", "pushed model: none (not blessed)",
+                        f"exported model (not pushed): {exported}"]
