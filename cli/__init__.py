@@ -41,10 +41,10 @@ class _ProgressFilter(logging.Filter):
             ("is running.", "is finished."))
 
 
-# Start-up noise of TensorFlow's C++ core, gRPC, glog and absl (the CUDA / oneDNN / cuDNN
-# registration lines, "All log messages before absl::InitializeLog()"), hidden unless -v.
-# Environment variables, so Beam's worker processes inherit them too; they only work when set
-# before TensorFlow is imported, which `main` does first.
+# Start-up noise of TensorFlow's C++ core, gRPC and glog (the oneDNN / CUDA / cuDNN / cuBLAS
+# registration and TF-TRT lines), hidden unless -v. Environment variables, so Beam's worker
+# processes inherit them too; they only work when set before TensorFlow is imported, which
+# `main` does first. XLA's absl C++ log lines ignore them: cli/quiet.py hides those.
 QUIET_ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "3", "GRPC_VERBOSITY": "ERROR",
                      "GLOG_minloglevel": "2", "PYTHONWARNINGS": "ignore"}
 

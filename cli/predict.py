@@ -10,7 +10,7 @@ read from the signature itself, so every task kind works without a table to keep
 
 One input (an argument, a line of ``--file`` or of stdin) is one example:
 
-* plain text: the value of the signature's only per-example input;
+* plain text: the value of the signature's only per-example input (tabs included);
 * tab-separated fields: the inputs in ``--fields`` order (default: the input names sorted, as
   the SavedModel lists them); surplus fields all go to the last input as one list (e.g.
   ``--fields context,choices`` and ``question<TAB>choice 1<TAB>choice 2 ...``);
@@ -85,6 +85,8 @@ def parse_example(line: str, inputs: list[str], number: int) -> dict:
             raise PredictError(f"input {number}: the model takes {inputs}; "
                                f"missing {missing}, unknown {unknown}")
         return {name: record[name] for name in inputs}
+    if len(inputs) == 1:  # the whole line, tabs included
+        return {inputs[0]: line}
     fields = line.split("\t")
     if len(fields) < len(inputs):
         raise PredictError(

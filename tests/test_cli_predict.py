@@ -260,6 +260,7 @@ def test_signature_choice_and_example_errors():
         predict_lib.choose_signature({"serving_default": GENERATOR["serving_default"]},
                                      None, {}, None)
     parse = predict_lib.parse_example
+    assert parse("a\tb", ["sentences"], 1) == {"sentences": "a\tb"}
     assert parse("Where?\tA\tB\tC", ["context", "choices"], 1) == {
         "context": "Where?", "choices": ["A", "B", "C"]}
     assert parse('{"context": "c", "choices": ["x", "y"]}', ["choices", "context"], 2) == {
