@@ -131,7 +131,11 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
 
 def test_context_holds_the_package_and_no_local_work(wheel):
     names = set(wheel.namelist())
-    assert "lmfactory/__init__.py" in names and "lmfactory/cli.py" in names
+    assert "lmfactory/__init__.py" in names
+    # The console script's module.
+    script = re.search(r"^lmfactory = ([\w.]+):main$", wheel.read(
+        "lmfactory-0.1.0.dist-info/entry_points.txt").decode(), re.M)[1].replace(".", "/")
+    assert f"{script}.py" in names or f"{script}/__init__.py" in names
     assert "lmfactory/recipes/bert_tiny_sst2.yaml" in names
     assert not [name for name in names if name.startswith(
         ("lmfactory/tests/", "lmfactory/benchmarks/", "lmfactory/data/")) or "__pycache__" in name]
