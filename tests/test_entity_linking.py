@@ -172,13 +172,14 @@ def test_entity_linker_beam(tmp_path):
 def test_linking_vocabulary_files(tmp_path):
     from lmfactory.components.knowledge_graph.graph import add_linking_files
 
-    (tmp_path / "train.txt").write_text("a\tr\tb\n")
+    (tmp_path / "train.txt").write_text("x\tr\ty\n")
     generate_graph({"splits": {"train": str(tmp_path / "train.txt")},
-                    "linking": {"max_ngram": 2, "lowercase": False}}, str(tmp_path / "g"))
+                    "linking": {"max_ngram": 2, "lowercase": False, "min_label_chars": 1}},
+                   str(tmp_path / "g"))
     (tmp_path / "vocab").mkdir()
     (tmp_path / "vocab" / "vocab.txt").write_text("[PAD]\n")
     assert read_linking_vocabulary(str(tmp_path / "vocab")) is None
     add_linking_files(str(tmp_path / "vocab"), str(tmp_path / "g"), str(tmp_path / "v2"))
     assert sorted(os.listdir(tmp_path / "v2")) == ["entities.tsv", "linking.json",
                                                    "vocab.txt"]
-    assert read_linking_vocabulary(str(tmp_path / "v2")) == ([["a"], ["b"]], 2, False)
+    assert read_linking_vocabulary(str(tmp_path / "v2")) == ([["x"], ["y"]], 2, False)

@@ -34,7 +34,8 @@ def tsv_graph(tmp_path):
     test = _write(tmp_path / "test.txt", b"a\tr2\tc\nz\tr1\ta\nb\tr9\tc\n")
     labels = tmp_path / "labels.json"
     labels.write_text(json.dumps({"a": {"label": "Alpha", "alternatives": ["the A|list"]},
-                                  "b": {"label": "Beta"}, "c": "Gamma"}))
+                                  "b": {"label": "Beta"}, "c": "Gamma",
+                                  "d": {"label": "OF", "alternatives": [".", "in", "Delta"]}}))
     return {"format": "tsv", "splits": {"train": train, "test": test}, "labels": str(labels),
             "linking": {"max_ngram": 3, "lowercase": True}}
 
@@ -86,20 +87,26 @@ def test_graph_counts_and_round_trip(tsv_graph, tmp_path):
     # ordered by train degree: a (3 triples), b, c (2 each, by id), d (1)
     assert graph.entities == ["a", "b", "c", "d"]
     assert graph.relations == ["r1", "r2"]
-    assert graph.labels == [["alpha", "the a list"], ["beta"], ["gamma"], []]
+    # "OF" (too short), "." (no letter), "in" (stop word) are not linked
+    assert graph.labels == [["alpha", "the a list"], ["beta"], ["gamma"], ["delta"]]
     np.testing.assert_array_equal(graph.splits["train"],
                                   [[0, 0, 1], [1, 0, 2], [2, 1, 0], [3, 1, 0]])
     np.testing.assert_array_equal(graph.splits["test"], [[0, 1, 2]])
     assert graph.splits["train"].dtype == np.int32
     assert counts["malformed_lines"] == 2 and counts["duplicate_triples"] == 1
     assert counts["unknown_entity_triples"] == 2  # z (entity) and r9 (relation)
-    assert counts["entities_without_label"] == 1 and counts["entities"] == 4
-    assert graph.counts == counts and graph.linking == {"max_ngram": 3, "lowercase": True}
+    assert counts["entities_without_label"] == 0 and counts["surface_forms_skipped"] == 3
+    assert counts["entities"] == 4 and graph.counts == counts
+    assert graph.linking == {"max_ngram": 3, "lowercase": True, "min_label_chars": 3,
+                             "skip_stopwords": True}
     assert sorted(os.listdir(tmp_path / "out")) == [
         "counts.json", "entities.tsv", "graph.json", "relations.tsv", "triples-test.npy",
         "triples-train.npy"]
     assert (tmp_path / "out" / "entities.tsv").read_text().splitlines()[0] == \
         "0\ta\talpha|the a list"
+    without_filters = build_graph({**tsv_graph, "linking": {"min_label_chars": 1,
+                                                            "skip_stopwords": False}})
+    assert without_filters.labels[3] == ["of", "in", "delta"]
 
 
 def test_graph_without_good_train_triples_fails_in_one_line(tmp_path):
@@ -128,7 +135,8 @@ def test_recipe_section_defaults_and_checks():
     section = recipe["knowledge_graph"]
     assert section["format"] == "tsv" and section["labels"] is None
     assert section["embedding"]["dim"] == 8 and section["embedding"]["norm"] == 1
-    assert section["linking"] == {"max_ngram": 4, "lowercase": True}
+    assert section["linking"] == {"max_ngram": 4, "lowercase": True, "min_label_chars": 3,
+                                  "skip_stopwords": True}
     assert section["splits"] == {"train": os.path.join(FB15K, "train.txt")}
     assert load_recipe("bert_tiny_sst2")["knowledge_graph"] is None
     for overrides, field in [
