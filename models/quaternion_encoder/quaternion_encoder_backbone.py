@@ -1,4 +1,4 @@
-"""The Quaternion Transformer encoder (Tay et al. 2019 §4.2) for sentence classification: the
+"""The Quaternion Transformer encoder (Tay et al. 2019, "Quaternion Transformer") for sentence classification: the
 Transformer's encoder stack (Vaswani et al. 2017 §3.1) with quaternion blocks."""
 
 import math
@@ -23,11 +23,11 @@ class QuaternionEncoderBackbone(Backbone):
       §3.5): a learned token embedding [V, d_model] multiplied by sqrt(d_model) plus the
       fixed sinusoids (keras-nlp `SinePositionEncoding`), then dropout. The d_model real
       numbers of each embedding are read as d_model / 4 quaternions [r | x | y | z].
-    * N blocks (`QuaternionTransformerEncoder`, Tay et al. §4.2): quaternion self-attention
+    * N blocks (`QuaternionTransformerEncoder`, Tay et al., "Quaternion Transformer"): quaternion self-attention
       (quaternion Q, K, V and output projections, Hamilton-product scores with one softmax
-      per component, §3.3) and the quaternion feed-forward network with the split
-      activation (§3.4), quaternion weights initialised in Parcollet et al.'s polar form
-      (§3.5); real LayerNorm and residuals, post-LN as the paper's Transformer (pre-LN
+      per component, "Quaternion Attention") and the quaternion feed-forward network with the split
+      activation, quaternion weights initialised in Parcollet et al.'s polar form (the
+      paper's initialisation); real LayerNorm and residuals, post-LN as the paper's Transformer (pre-LN
       with a final LayerNorm if ``normalize_first``).
     * ``quaternion=False`` builds the same network with keras-nlp's real blocks: the
       real-valued baseline of the comparison, through the same code.

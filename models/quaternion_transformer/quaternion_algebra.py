@@ -1,12 +1,12 @@
 """Quaternion algebra for the Quaternion Transformer (Tay et al. 2019, "Lightweight and
-Efficient Neural Natural Language Processing with Quaternion Networks", ACL, §3).
+Efficient Neural Natural Language Processing with Quaternion Networks", ACL, "Hamilton Product").
 
 A quaternion Q = r + x i + y j + z k (i^2 = j^2 = k^2 = ijk = -1). A vector of n
 quaternions is stored as one real vector of 4n numbers laid out by component,
 ``[r (n) | x (n) | y (n) | z (n)]`` (the layout of the paper's reference code and of
 Parcollet et al. 2019); a tensor's last axis is split into these four blocks.
 
-The Hamilton product (§3, "Hamilton Product"):
+The Hamilton product (Tay et al., "Hamilton Product"):
 
     W ⊗ Q = (W_r r - W_x x - W_y y - W_z z)
           + (W_x r + W_r x + W_y z - W_z y) i
@@ -50,7 +50,7 @@ def hamilton_matrix(kernel):
     ([..., 4m]).
 
     Block (e, o) of M (input component e, output component o) is ``sum_c HAMILTON[o, c, e]
-    W_c``: M has the Hamilton sign pattern of Tay et al. 2019 §3 (transposed for row
+    W_c``: M has the Hamilton sign pattern of Tay et al. 2019 (transposed for row
     vectors). M holds 16 blocks but only 4 n m free numbers: 1/4 of a real [4n, 4m] layer.
     """
     table = ops.convert_to_tensor(HAMILTON, dtype=kernel.dtype)
@@ -65,7 +65,7 @@ def split_components(x, axis=-1):
 
 
 def hamilton_scores(query, key):
-    """The quaternion attention scores of Tay et al. 2019 (§3.3, "Quaternion Attention"):
+    """The quaternion attention scores of Tay et al. 2019 ("Quaternion Attention"):
     for each query position t and key position s of each head, the Hamilton product of the
     query and key quaternion vectors summed over their quaternion units,
 

@@ -1,5 +1,5 @@
-"""Quaternion multi-head attention (Tay et al. 2019, §3.3 "Quaternion Attention" and the
-Quaternion Transformer's self-attention, §4.2): quaternion Q, K, V and output projections
+"""Quaternion multi-head attention (Tay et al. 2019, "Quaternion Attention" and the
+self-attention of the "Quaternion Transformer"): quaternion Q, K, V and output projections
 and attention scores computed with the Hamilton product. keras-nlp has no quaternion
 attention; the layer here subclasses its `CachedMultiHeadAttention` so that it keeps the
 key/value cache protocol the Transformer decoders decode with."""
@@ -17,7 +17,7 @@ from lmfactory.models.quaternion_transformer.quaternion_initializer import (
 
 @keras.saving.register_keras_serializable(package="lmfactory")
 class QuaternionHeadsProjection(keras.layers.Layer):
-    """A quaternion projection (`QuaternionDense`, §3) split into attention heads:
+    """A quaternion projection (`QuaternionDense`, Hamilton product) split into attention heads:
     [B, T, n] -> [B, T, N, head_dim].
 
     The projection's output is laid out by component, [r | x | y | z] with N * head_dim / 4
@@ -70,7 +70,7 @@ class QuaternionHeadsOutput(keras.layers.Layer):
     """The output projection of quaternion attention: the heads [B, T, N, head_dim] (each a
     quaternion vector [r | x | y | z]) merged back into one quaternion vector laid out by
     component (the inverse of `QuaternionHeadsProjection`'s split), then a `QuaternionDense`
-    to ``units`` (§3: every projection of the block is quaternion).
+    to ``units`` (every projection of the block is quaternion).
 
     Args:
         units: the real output width (a multiple of 4).
@@ -112,7 +112,8 @@ class QuaternionHeadsOutput(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="lmfactory")
 class QuaternionMultiHeadAttention(CachedMultiHeadAttention):
-    """Multi-head attention over quaternion vectors (Tay et al. 2019 §3.3, §4.2).
+    """Multi-head attention over quaternion vectors (Tay et al. 2019, "Quaternion Attention",
+    "Quaternion Transformer").
 
     * Projections: Q = W_q ⊗ X, K = W_k ⊗ X, V = W_v ⊗ X and the output projection are
       quaternion linear layers (`QuaternionHeadsProjection`, `QuaternionHeadsOutput`; 1/4
@@ -134,12 +135,12 @@ class QuaternionMultiHeadAttention(CachedMultiHeadAttention):
 
     Arguments: those of keras' `MultiHeadAttention`; ``key_dim`` and ``value_dim`` must be
     multiples of 4 (whole quaternions per head). ``kernel_initializer`` initialises the
-    [4, n/4, m/4] quaternion kernels (default: `QuaternionInitializer`, §3.5).
+    [4, n/4, m/4] quaternion kernels (default: `QuaternionInitializer`, the paper's initialisation).
     """
 
     def __init__(self, num_heads, key_dim, kernel_initializer=None, **kwargs):
         # keras' layer resolves its initialiser argument eagerly ("glorot_uniform" when
-        # absent); the quaternion kernels need the quaternion one (§3.5).
+        # absent); the quaternion kernels need the quaternion one.
         if kernel_initializer is None:
             kernel_initializer = QuaternionInitializer()
         super().__init__(num_heads=num_heads, key_dim=key_dim,

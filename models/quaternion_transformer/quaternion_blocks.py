@@ -1,11 +1,11 @@
-"""Quaternion Transformer blocks (Tay et al. 2019, §4.2 "Quaternion Transformer"): keras-nlp's
+"""Quaternion Transformer blocks (Tay et al. 2019, "Quaternion Transformer"): keras-nlp's
 `TransformerEncoder` / `TransformerDecoder` (their call: residuals, LayerNorm placement,
 dropout, masks, the decoder's key/value caches) with every projection quaternion:
 
 * self- and cross-attention: `QuaternionMultiHeadAttention` (quaternion Q, K, V and output
-  projections, Hamilton-product scores, §3.3);
+  projections, Hamilton-product scores);
 * the position-wise feed-forward network: two `QuaternionDense` layers, the first with the
-  split activation (§3.4), "quaternion FFN".
+  split activation, "quaternion FFN".
 
 LayerNorm and the residual connections stay real, as in the paper's released model
 (tensor2tensor's layer pre/post-processing unchanged). Only ``build`` differs from
@@ -39,7 +39,7 @@ def _clone(initializer):
 
 
 def _kernel_initializer(kwargs) -> dict:
-    """The quaternion initialiser (§3.5) unless the caller passes one of its own."""
+    """The quaternion initialiser (Parcollet et al.'s, as the paper) unless the caller passes one of its own."""
     if kwargs.get("kernel_initializer") in (None, "glorot_uniform"):
         kwargs = dict(kwargs, kernel_initializer=QuaternionInitializer())
     return kwargs
@@ -68,7 +68,7 @@ def _dropout(block, name):
 
 
 def _build_feedforward(block, shape) -> None:
-    """The quaternion FFN (§4.2): QuaternionDense(d_ff, split activation) then
+    """The quaternion FFN: QuaternionDense(d_ff, split activation) then
     QuaternionDense(d_model), its LayerNorm and dropout."""
     block._feedforward_intermediate_dense = QuaternionDense(
         block.intermediate_dim, activation=block.activation,
@@ -89,7 +89,7 @@ def _build_feedforward(block, shape) -> None:
 class QuaternionTransformerEncoder(keras_nlp.layers.TransformerEncoder):
     """keras-nlp's `TransformerEncoder` with quaternion self-attention and feed-forward
     network (module docstring). Arguments: keras-nlp's; ``kernel_initializer`` defaults to
-    `QuaternionInitializer` (§3.5)."""
+    `QuaternionInitializer`."""
 
     def __init__(self, intermediate_dim, num_heads, **kwargs):
         super().__init__(intermediate_dim, num_heads, **_kernel_initializer(kwargs))

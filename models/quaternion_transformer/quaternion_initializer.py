@@ -1,6 +1,6 @@
-"""The quaternion weight initialisation used by the Quaternion Transformer (Tay et al. 2019,
-§3.5 "Quaternion Initialization": the scheme of Parcollet et al. 2019, "Quaternion Recurrent
-Neural Networks", ICLR, §3.4).
+"""The quaternion weight initialisation of the Quaternion Transformer: Tay et al. 2019 use
+the scheme of Parcollet et al. 2019 ("Quaternion Recurrent Neural Networks", ICLR,
+"Parameter initialization").
 
 Each quaternion weight is drawn in polar form
 

@@ -1,4 +1,4 @@
-"""The Quaternion Transformer encoder-decoder (Tay et al. 2019, §4.2): the Transformer of
+"""The Quaternion Transformer encoder-decoder (Tay et al. 2019, "Quaternion Transformer"): the Transformer of
 Vaswani et al. 2017 (`TransformerBackbone`: embeddings, positions, stacks, decoding state)
 with quaternion blocks."""
 
@@ -12,15 +12,15 @@ from lmfactory.models.transformer.transformer_backbone import TransformerBackbon
 
 class QuaternionTransformerBackbone(TransformerBackbone):
     """`TransformerBackbone` whose encoder and decoder blocks are the quaternion blocks of
-    `quaternion_blocks` (Tay et al. 2019 §4.2 "Quaternion Transformer"):
+    `quaternion_blocks` (Tay et al. 2019, "Quaternion Transformer"):
 
     * every attention projection (Q, K, V, output; self- and cross-attention) and both
-      feed-forward layers are quaternion linear layers (Hamilton product, §3): 1/4 of the
+      feed-forward layers are quaternion linear layers (Hamilton product): 1/4 of the
       real model's weights in those layers;
     * attention scores are Hamilton products of query and key quaternions, one softmax per
-      component (§3.3);
-    * the feed-forward activation is the split (component-wise) ReLU (§3.4);
-    * quaternion weights start from Parcollet et al.'s polar initialisation (§3.5).
+      component ("Quaternion Attention");
+    * the feed-forward activation is the split (component-wise) ReLU;
+    * quaternion weights start from Parcollet et al.'s polar initialisation.
 
     The token embeddings (one matrix shared by both stacks and the pre-softmax projection,
     §3.4 of Vaswani et al.), the sinusoidal positions, LayerNorm and the residuals are the

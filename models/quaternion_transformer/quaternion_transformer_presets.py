@@ -1,6 +1,6 @@
 """Quaternion Transformer sizes as `QuaternionTransformerBackbone` constructor kwargs.
 
-Tay et al. 2019 (§5, machine translation) train the Quaternion Transformer at the sizes of
+Tay et al. 2019 (machine-translation experiments) train the Quaternion Transformer at the sizes of
 the Transformer they compare with (tensor2tensor's transformer_base for WMT, a smaller one
 for IWSLT) and report ~75% fewer parameters in the quaternion layers. The presets are the
 project's Transformer sizes ("small": Multi30k on a CPU; "base": Vaswani et al. Table 3),
