@@ -1,5 +1,6 @@
-"""The Quaternion Transformer encoder (Tay et al. 2019, "Quaternion Transformer") for sentence classification: the
-Transformer's encoder stack (Vaswani et al. 2017 §3.1) with quaternion blocks."""
+"""The Quaternion Transformer encoder (Tay et al. 2019, "Quaternion Transformer") for
+sentence classification: the Transformer's encoder stack (Vaswani et al. 2017 §3.1) with
+quaternion blocks."""
 
 import math
 
@@ -23,12 +24,13 @@ class QuaternionEncoderBackbone(Backbone):
       §3.5): a learned token embedding [V, d_model] multiplied by sqrt(d_model) plus the
       fixed sinusoids (keras-nlp `SinePositionEncoding`), then dropout. The d_model real
       numbers of each embedding are read as d_model / 4 quaternions [r | x | y | z].
-    * N blocks (`QuaternionTransformerEncoder`, Tay et al., "Quaternion Transformer"): quaternion self-attention
-      (quaternion Q, K, V and output projections, Hamilton-product scores with one softmax
-      per component, "Quaternion Attention") and the quaternion feed-forward network with the split
-      activation, quaternion weights initialised in Parcollet et al.'s polar form (the
-      paper's initialisation); real LayerNorm and residuals, post-LN as the paper's Transformer (pre-LN
-      with a final LayerNorm if ``normalize_first``).
+    * N blocks (`QuaternionTransformerEncoder`, Tay et al., "Quaternion Transformer"):
+      quaternion self-attention (quaternion Q, K, V and output projections,
+      Hamilton-product scores with one softmax per component, "Quaternion Attention") and
+      the quaternion feed-forward network with the split activation, quaternion weights
+      initialised in Parcollet et al.'s polar form (the paper's initialisation); real
+      LayerNorm and residuals, post-LN as the paper's Transformer (pre-LN with a final
+      LayerNorm if ``normalize_first``).
     * ``quaternion=False`` builds the same network with keras-nlp's real blocks: the
       real-valued baseline of the comparison, through the same code.
 
@@ -68,11 +70,13 @@ class QuaternionEncoderBackbone(Backbone):
                 raise ValueError(f"{key} must be True or False, got {value!r}")
         if quaternion:
             check_quaternion_sizes(hidden_dim, num_heads, intermediate_dim)
-        block = QuaternionTransformerEncoder if quaternion else keras_nlp.layers.TransformerEncoder
+        block = (QuaternionTransformerEncoder if quaternion
+                 else keras_nlp.layers.TransformerEncoder)
         # === Layers ===
         self.token_embedding = keras.layers.Embedding(
-            vocabulary_size, hidden_dim, embeddings_initializer=embedding_initializer(hidden_dim),
-            dtype=dtype, name="token_embedding")
+            vocabulary_size, hidden_dim,
+            embeddings_initializer=embedding_initializer(hidden_dim), dtype=dtype,
+            name="token_embedding")
         self.position_encoding = keras_nlp.layers.SinePositionEncoding(
             dtype=dtype, name="position_encoding")
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=dtype,

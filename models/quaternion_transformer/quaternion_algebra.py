@@ -1,5 +1,6 @@
 """Quaternion algebra for the Quaternion Transformer (Tay et al. 2019, "Lightweight and
-Efficient Neural Natural Language Processing with Quaternion Networks", ACL, "Hamilton Product").
+Efficient Neural Natural Language Processing with Quaternion Networks", ACL: "Hamilton
+Product").
 
 A quaternion Q = r + x i + y j + z k (i^2 = j^2 = k^2 = ijk = -1). A vector of n
 quaternions is stored as one real vector of 4n numbers laid out by component,

@@ -135,7 +135,8 @@ class QuaternionMultiHeadAttention(CachedMultiHeadAttention):
 
     Arguments: those of keras' `MultiHeadAttention`; ``key_dim`` and ``value_dim`` must be
     multiples of 4 (whole quaternions per head). ``kernel_initializer`` initialises the
-    [4, n/4, m/4] quaternion kernels (default: `QuaternionInitializer`, the paper's initialisation).
+    [4, n/4, m/4] quaternion kernels (default: `QuaternionInitializer`, the paper's
+    initialisation).
     """
 
     def __init__(self, num_heads, key_dim, kernel_initializer=None, **kwargs):

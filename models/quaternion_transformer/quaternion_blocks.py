@@ -39,7 +39,8 @@ def _clone(initializer):
 
 
 def _kernel_initializer(kwargs) -> dict:
-    """The quaternion initialiser (Parcollet et al.'s, as the paper) unless the caller passes one of its own."""
+    """The quaternion initialiser (Parcollet et al.'s, as the paper) unless the caller
+    passes one of its own."""
     if kwargs.get("kernel_initializer") in (None, "glorot_uniform"):
         kwargs = dict(kwargs, kernel_initializer=QuaternionInitializer())
     return kwargs

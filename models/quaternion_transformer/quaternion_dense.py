@@ -1,5 +1,6 @@
 """The quaternion linear layer of Tay et al. 2019 (the Hamilton product W ⊗ x) with the
-quaternion-compatible split activation (Parcollet et al. 2019). keras has no quaternion layer; this one is written here."""
+quaternion-compatible split activation (Parcollet et al. 2019). keras has no quaternion
+layer; this one is written here."""
 
 import keras
 from keras import ops
@@ -18,20 +19,20 @@ _NOT_ELEMENTWISE = ("softmax", "log_softmax")
 class QuaternionDense(keras.layers.Layer):
     """A dense layer whose weight is a quaternion matrix: y = α(W ⊗ x + b).
 
-    * Hamilton product: the weight W = W_r + W_x i + W_y j + W_z k is four real [n/4, m/4] matrices
-      (`kernel`, [4, n/4, m/4]); the output is the Hamilton product W ⊗ x, computed as one
-      matmul with the real [n, m] block matrix built from the four components with the
-      Hamilton sign pattern (`quaternion_algebra.hamilton_matrix`). Inputs and outputs are
-      laid out by component, ``[r | x | y | z]``. The kernel has n m / 4 numbers: 1/4 of a
-      real Dense of the same size (the abstract's "75% reduction"). The bias is real and as wide as the
-      output (m numbers, Parcollet et al. 2019's quaternion layers).
+    * Hamilton product: the weight W = W_r + W_x i + W_y j + W_z k is four real
+      [n/4, m/4] matrices (`kernel`, [4, n/4, m/4]); the output is the Hamilton product
+      W ⊗ x, computed as one matmul with the real [n, m] block matrix built from the four
+      components with the Hamilton sign pattern (`quaternion_algebra.hamilton_matrix`).
+      Inputs and outputs are laid out by component, ``[r | x | y | z]``. The kernel has
+      n m / 4 numbers: 1/4 of a real Dense of the same size (the abstract's "75% reduction"). The bias is real and as
+      wide as the output (m numbers, Parcollet et al. 2019's quaternion layers).
     * Quaternion-compatible activation: the split activation
       α(Q) = α(r) + α(x) i + α(y) j + α(z) k. For an element-wise α that is α applied to
       every real coordinate of the ``[r | x | y | z]`` layout, which is how it is computed;
       activations that are not element-wise (softmax) are refused.
-    * Initialisation: the kernel starts from `QuaternionInitializer` (Parcollet et al.'s polar form,
-      chi(4) modulus, Glorot criterion) unless another initialiser of [4, n/4, m/4] kernels
-      is given.
+    * Initialisation: the kernel starts from `QuaternionInitializer` (Parcollet et al.'s
+      polar form, chi(4) modulus, Glorot criterion) unless another initialiser of
+      [4, n/4, m/4] kernels is given.
 
     Args:
         units: m, the real width of the output (a multiple of 4).

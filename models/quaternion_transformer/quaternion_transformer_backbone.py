@@ -1,6 +1,6 @@
-"""The Quaternion Transformer encoder-decoder (Tay et al. 2019, "Quaternion Transformer"): the Transformer of
-Vaswani et al. 2017 (`TransformerBackbone`: embeddings, positions, stacks, decoding state)
-with quaternion blocks."""
+"""The Quaternion Transformer encoder-decoder (Tay et al. 2019, "Quaternion Transformer"):
+the Transformer of Vaswani et al. 2017 (`TransformerBackbone`: embeddings, positions,
+stacks, decoding state) with quaternion blocks."""
 
 import keras_nlp
 
