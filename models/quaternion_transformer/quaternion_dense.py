@@ -24,8 +24,9 @@ class QuaternionDense(keras.layers.Layer):
       W ⊗ x, computed as one matmul with the real [n, m] block matrix built from the four
       components with the Hamilton sign pattern (`quaternion_algebra.hamilton_matrix`).
       Inputs and outputs are laid out by component, ``[r | x | y | z]``. The kernel has
-      n m / 4 numbers: 1/4 of a real Dense of the same size (the abstract's "75% reduction"). The bias is real and as
-      wide as the output (m numbers, Parcollet et al. 2019's quaternion layers).
+      n m / 4 numbers: 1/4 of a real Dense of the same size (the abstract's "75%
+      reduction"). The bias is real and as wide as the output (m numbers, Parcollet et al.
+      2019's quaternion layers).
     * Quaternion-compatible activation: the split activation
       α(Q) = α(r) + α(x) i + α(y) j + α(z) k. For an element-wise α that is α applied to
       every real coordinate of the ``[r | x | y | z]`` layout, which is how it is computed;
