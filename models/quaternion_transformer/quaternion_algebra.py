@@ -60,11 +60,6 @@ def hamilton_matrix(kernel):
     return ops.reshape(blocks, (4 * n, 4 * m))
 
 
-def split_components(x, axis=-1):
-    """The four components (r, x, y, z) of quaternion vectors laid out along ``axis``."""
-    return ops.split(x, 4, axis=axis)
-
-
 def hamilton_scores(query, key):
     """The quaternion attention scores of Tay et al. 2019 ("Quaternion Attention"):
     for each query position t and key position s of each head, the Hamilton product of the
@@ -82,10 +77,16 @@ def hamilton_scores(query, key):
     Returns:
         [4, B, N, T, S]: the r, i, j and k score matrices.
     """
+    # S_o = sum_{c,e} HAMILTON[o, c, e] q_c . k_e = sum_e (sum_c HAMILTON[o, c, e] q_c) . k_e:
+    # four signed, component-permuted copies of the query, each dotted with the whole key
+    # (4x the cost of a real score, no [T, S] matrix per component pair).
     table = ops.convert_to_tensor(HAMILTON, dtype=query.dtype)
-    pairs = ops.einsum("btncd,bsned->bncets", query, key)  # every component pair's dot
-    return ops.einsum("oce,bncets->obnts", table, pairs)
+    mixed = ops.einsum("oce,btncd->btnoed", table, query)  # [B, T, N, 4 (o), 4 (e), h]
+    shape = ops.shape(mixed)
+    mixed = ops.reshape(mixed, (shape[0], shape[1], shape[2], 4, 4 * query.shape[-1]))
+    key_shape = ops.shape(key)
+    key = ops.reshape(key, (key_shape[0], key_shape[1], key_shape[2], 4 * key.shape[-1]))
+    return ops.einsum("btnod,bsnd->obnts", mixed, key)
 
 
-__all__ = ["HAMILTON", "check_quaternion_width", "hamilton_matrix", "hamilton_scores",
-           "split_components"]
+__all__ = ["HAMILTON", "check_quaternion_width", "hamilton_matrix", "hamilton_scores"]
