@@ -7,7 +7,7 @@
   per component weighting its own value component;
 * the polar chi(4) initialisation's statistics (Parcollet et al. 2019);
 * exact parameter counts of the quaternion and real models at the presets' sizes;
-* the registry records, the ``quaternion`` switch and the size checks.
+* the registry records, the ``quaternion`` switch and the size checks (at recipe load).
 """
 
 import math
@@ -27,6 +27,7 @@ from lmfactory.models.quaternion_transformer.quaternion_blocks import (
 from lmfactory.models.quaternion_transformer.quaternion_dense import QuaternionDense
 from lmfactory.models.quaternion_transformer.quaternion_initializer import (
     QuaternionInitializer)
+from lmfactory.recipe import RecipeError, load_recipe
 
 
 def quaternion_product(p, q):
@@ -229,3 +230,8 @@ def test_registry_records_and_size_checks():
     # The real model takes sizes the quaternion one refuses.
     QuaternionEncoderBackbone(50, 1, num_heads=4, hidden_dim=24, intermediate_dim=30,
                               quaternion=False)
+    # A recipe asking for such sizes fails when it is loaded, naming the field.
+    with pytest.raises(RecipeError, match="overrides.*head width"):
+        load_recipe("quaternion_encoder_sst2", ["overrides={hidden_dim: 24, num_heads: 4}"])
+    load_recipe("quaternion_encoder_sst2",
+                ["overrides={hidden_dim: 24, num_heads: 4, quaternion: false}"])

@@ -11,7 +11,7 @@ from keras import ops
 from lmfactory.models.backbone import Backbone, check_head_split
 from lmfactory.models.encoder_utils import encoder_graph
 from lmfactory.models.quaternion_transformer.quaternion_blocks import (
-    QuaternionTransformerEncoder, check_quaternion_sizes)
+    QuaternionTransformerEncoder, check_quaternion_config, check_quaternion_sizes)
 from lmfactory.models.transformer.transformer_backbone import embedding_initializer
 
 INPUT_NAMES = ("token_ids", "padding_mask")
@@ -98,6 +98,13 @@ class QuaternionEncoderBackbone(Backbone):
             x = self.final_layer_norm(x)
         super().__init__(inputs=inputs, outputs={"sequence_output": x}, dtype=dtype,
                          arguments=locals(), **kwargs)
+
+    @classmethod
+    def check_arguments(cls, config: dict) -> None:
+        """Checks a recipe's backbone config before any stage runs (recipe.py): with
+        ``quaternion`` on, hidden_dim, intermediate_dim and the head width must be multiples
+        of 4. Raises ValueError."""
+        check_quaternion_config(config)
 
     def embed(self, token_ids, training=None):
         """dropout(E[token] * sqrt(d_model) + PE(position)) (Vaswani et al. §3.4, §3.5)."""

@@ -28,10 +28,20 @@ def check_quaternion_sizes(hidden_dim, num_heads, intermediate_dim) -> None:
     whole numbers of quaternions (multiples of 4)."""
     check_quaternion_width("hidden_dim", hidden_dim)
     check_quaternion_width("intermediate_dim", intermediate_dim)
+    if not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"num_heads must be a positive integer, got {num_heads!r}")
     if hidden_dim % num_heads:
         raise ValueError(f"hidden_dim ({hidden_dim}) must be divisible by num_heads "
                          f"({num_heads})")
     check_quaternion_width("hidden_dim / num_heads (the head width)", hidden_dim // num_heads)
+
+
+def check_quaternion_config(config: dict) -> None:
+    """`check_quaternion_sizes` on a backbone config (constructor kwargs) whose
+    ``quaternion`` switch is on (the default); a real-valued config takes any sizes."""
+    if config.get("quaternion", True) is True:
+        check_quaternion_sizes(config.get("hidden_dim"), config.get("num_heads"),
+                               config.get("intermediate_dim"))
 
 
 def _clone(initializer):
@@ -138,4 +148,4 @@ class QuaternionTransformerDecoder(keras_nlp.layers.TransformerDecoder):
 
 
 __all__ = ["QuaternionTransformerDecoder", "QuaternionTransformerEncoder",
-           "check_quaternion_sizes"]
+           "check_quaternion_config", "check_quaternion_sizes"]

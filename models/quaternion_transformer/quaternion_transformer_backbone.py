@@ -6,7 +6,8 @@ import keras_nlp
 
 from lmfactory.models.backbone import Backbone
 from lmfactory.models.quaternion_transformer.quaternion_blocks import (
-    QuaternionTransformerDecoder, QuaternionTransformerEncoder, check_quaternion_sizes)
+    QuaternionTransformerDecoder, QuaternionTransformerEncoder, check_quaternion_config,
+    check_quaternion_sizes)
 from lmfactory.models.transformer.transformer_backbone import TransformerBackbone
 
 
@@ -53,3 +54,10 @@ class QuaternionTransformerBackbone(TransformerBackbone):
         # TransformerBackbone.__init__ would build the real network: skip to Backbone's.
         Backbone.__init__(self, inputs=inputs, outputs=outputs, dtype=dtype,
                           arguments=locals(), **kwargs)
+
+    @classmethod
+    def check_arguments(cls, config: dict) -> None:
+        """Checks a recipe's backbone config before any stage runs (recipe.py): with
+        ``quaternion`` on, hidden_dim, intermediate_dim and the head width must be multiples
+        of 4. Raises ValueError."""
+        check_quaternion_config(config)
