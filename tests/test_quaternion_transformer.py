@@ -128,6 +128,10 @@ def test_attention_scores_are_hamilton_products_with_one_softmax_per_component()
     assert np.allclose(mean[1, :, :, 3:], 0.0)
     expected = layer._output_dense(heads_out.astype("float32")).numpy()
     assert np.allclose(output.numpy(), expected, atol=1e-4)
+    clone = QuaternionMultiHeadAttention.from_config(layer.get_config())
+    clone.build(query.shape, value.shape)
+    clone.set_weights(layer.get_weights())
+    assert np.allclose(clone(query, value, attention_mask=mask), output, atol=1e-6)
 
 
 def test_polar_initialisation_statistics():
