@@ -75,7 +75,7 @@ def hamilton_scores(query, key):
         key: [B, S, N, 4, h].
 
     Returns:
-        [4, B, N, T, S]: the r, i, j and k score matrices.
+        [B, N, 4, T, S]: the r, i, j and k score matrices of each head.
     """
     # S_o = sum_{c,e} HAMILTON[o, c, e] q_c . k_e = sum_e (sum_c HAMILTON[o, c, e] q_c) . k_e:
     # four signed, component-permuted copies of the query, each dotted with the whole key
@@ -86,7 +86,7 @@ def hamilton_scores(query, key):
     mixed = ops.reshape(mixed, (shape[0], shape[1], shape[2], 4, 4 * query.shape[-1]))
     key_shape = ops.shape(key)
     key = ops.reshape(key, (key_shape[0], key_shape[1], key_shape[2], 4 * key.shape[-1]))
-    return ops.einsum("btnod,bsnd->obnts", mixed, key)
+    return ops.einsum("btnod,bsnd->bnots", mixed, key)
 
 
 __all__ = ["HAMILTON", "check_quaternion_width", "hamilton_matrix", "hamilton_scores"]

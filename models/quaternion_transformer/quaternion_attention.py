@@ -15,6 +15,12 @@ from lmfactory.models.quaternion_transformer.quaternion_initializer import (
     QuaternionInitializer)
 
 
+def _large_negative(dtype):
+    """The score given to masked positions (as keras' masked softmax: -1e9, or -3e4 where
+    float16 cannot hold it)."""
+    return -3e4 if keras.backend.standardize_dtype(dtype) == "float16" else -1e9
+
+
 @keras.saving.register_keras_serializable(package="lmfactory")
 class QuaternionHeadsProjection(keras.layers.Layer):
     """A quaternion projection (`QuaternionDense`, Hamilton product) split into attention heads:
@@ -166,7 +172,7 @@ class QuaternionMultiHeadAttention(CachedMultiHeadAttention):
         self._value_dense = QuaternionHeadsProjection(
             self._num_heads, self._value_dim, name="value", **common, **initializers())
         self._value_dense.build(value_shape)
-        self._build_attention(len(query_shape) + 1)  # softmax and dropout over [B, N, T, S]
+        self._build_attention(len(query_shape) + 1)  # the attention dropout layer
         units = self._output_shape if self._output_shape else query_shape[-1]
         self._output_dense = QuaternionHeadsOutput(
             units, name="attention_output", **common, **initializers())
@@ -184,18 +190,17 @@ class QuaternionMultiHeadAttention(CachedMultiHeadAttention):
             return ops.reshape(x, (shape[0], shape[1], shape[2], 4, x.shape[-1] // 4))
 
         query = ops.multiply(query, ops.cast(self._inverse_sqrt_key_dim, query.dtype))
-        scores = hamilton_scores(quaternions(query), quaternions(key))  # [4, B, N, T, S]
-        values = quaternions(value)
-        outputs, distributions = [], []
-        for component in range(4):
-            weights = self._masked_softmax(scores[component], attention_mask)
-            distributions.append(weights)
-            weights = self._dropout_layer(weights, training=training)
-            outputs.append(ops.einsum("bnts,bsnd->btnd", weights, values[:, :, :, component]))
-        output = ops.stack(outputs, axis=3)  # [B, T, N, 4, d / 4]
+        scores = hamilton_scores(quaternions(query), quaternions(key))  # [B, N, 4, T, S]
+        if attention_mask is not None:  # [B, T, S], 1 = may attend; every component
+            mask = ops.cast(attention_mask, scores.dtype)[:, None, None]
+            scores = scores + (1.0 - mask) * _large_negative(scores.dtype)
+        distributions = ops.softmax(scores, axis=-1)  # one softmax per component
+        weights = self._dropout_layer(distributions, training=training)
+        # Component c of the output: softmax(S_c) V_c.
+        output = ops.einsum("bncts,bsncd->btncd", weights, quaternions(value))
         shape = ops.shape(output)
         output = ops.reshape(output, (shape[0], shape[1], shape[2], value.shape[-1]))
-        return output, ops.mean(ops.stack(distributions, axis=0), axis=0)
+        return output, ops.mean(distributions, axis=2)
 
     def call(self, query, value, key=None, attention_mask=None, cache=None,
              cache_update_index=None, training=None, return_attention_scores=False):
