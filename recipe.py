@@ -393,6 +393,14 @@ def _check_backbone_limits(check: _Checker, recipe: dict, architecture: str,
     if (isinstance(hidden, int) and isinstance(heads, int) and heads > 0
             and config.get("head_dim") is None and hidden % heads):
         check.fail("overrides", f"hidden_dim {hidden} is not divisible by num_heads {heads}")
+    # Constraints of a backbone's own (e.g. widths in whole quaternions): its optional
+    # classmethod ``check_arguments(config)`` raises ValueError with the reason.
+    check_arguments = getattr(models.get(architecture).backbone_cls, "check_arguments", None)
+    if check_arguments is not None:
+        try:
+            check_arguments(config)
+        except ValueError as error:
+            check.fail("overrides", f"{architecture} preset {recipe['preset']!r}: {error}")
     limit = config.get("max_sequence_length")
     if not isinstance(limit, int):
         return

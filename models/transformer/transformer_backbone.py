@@ -73,6 +73,21 @@ class TransformerBackbone(Backbone):
     def __init__(self, vocabulary_size, num_layers, num_heads, hidden_dim, intermediate_dim,
                  dropout=0.1, max_sequence_length=256, normalize_first=False,
                  layer_norm_epsilon=1e-6, dtype=None, **kwargs):
+        inputs, outputs = self._build_network(
+            vocabulary_size, num_layers, num_heads, hidden_dim, intermediate_dim, dropout,
+            max_sequence_length, normalize_first, layer_norm_epsilon, dtype,
+            encoder_block=keras_nlp.layers.TransformerEncoder,
+            decoder_block=keras_nlp.layers.TransformerDecoder)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
+                         **kwargs)
+
+    def _build_network(self, vocabulary_size, num_layers, num_heads, hidden_dim,
+                       intermediate_dim, dropout, max_sequence_length, normalize_first,
+                       layer_norm_epsilon, dtype, encoder_block, decoder_block):
+        """Checks the sizes, creates the layers (the blocks of the stacks are
+        ``encoder_block`` / ``decoder_block``: keras-nlp's `TransformerEncoder` /
+        `TransformerDecoder` or subclasses with their call signatures) and wires the
+        functional graph. Returns (inputs dict, outputs dict)."""
         check_head_split(hidden_dim, num_heads)
         for key, value in (("vocabulary_size", vocabulary_size), ("num_layers", num_layers),
                            ("intermediate_dim", intermediate_dim),
@@ -100,10 +115,10 @@ class TransformerBackbone(Backbone):
         self.decoder_embedding_dropout = keras.layers.Dropout(
             dropout, dtype=dtype, name="decoder_embedding_dropout")
         self.encoder_layers = [
-            keras_nlp.layers.TransformerEncoder(**block_args, name=f"encoder_layer_{i}")
+            encoder_block(**block_args, name=f"encoder_layer_{i}")
             for i in range(num_layers)]
         self.decoder_layers = [
-            keras_nlp.layers.TransformerDecoder(**block_args, name=f"decoder_layer_{i}")
+            decoder_block(**block_args, name=f"decoder_layer_{i}")
             for i in range(num_layers)]
         self.encoder_final_layer_norm = self.decoder_final_layer_norm = None
         if normalize_first:
@@ -122,8 +137,7 @@ class TransformerBackbone(Backbone):
                       encoder_padding_mask=inputs["encoder_padding_mask"])
         outputs = {"encoder_sequence_output": encoded,
                    "decoder_sequence_output": self._final(self.decoder_final_layer_norm, x)}
-        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
-                         **kwargs)
+        return inputs, outputs
 
     @staticmethod
     def _final(layer_norm, x):
