@@ -209,8 +209,9 @@ def _teacher_model(recipe: dict, vocab: int):
 
 
 def pretraining_fingerprint(recipe: dict, workdir: str, vocab: int, kind: str):
-    """The pretraining task model (or None for a recipe starting from a checkpoint)."""
-    if recipe["pretraining"].get("init_checkpoint"):
+    """The pretraining task model (or None for a recipe starting from a checkpoint or
+    trained from scratch on its task, ``pretraining: null``)."""
+    if not recipe["pretraining"] or recipe["pretraining"].get("init_checkpoint"):
         return None, None
     objective = recipe["objective"]["name"]
     data_config = _data_config(recipe, objective, vocab, kind)
@@ -249,6 +250,9 @@ def _finetuning_backbone(recipe: dict, vocab: int, pretrained):
         model, _ = pretrained
         return model.backbone
     from lmfactory import models
+    if not recipe["pretraining"]:  # trained from scratch on its task
+        _seed(0)
+        return _build_backbone(recipe, vocab)
     from lmfactory.components.checkpoint_import.executor import resolve_checkpoint_path
     path = resolve_checkpoint_path(recipe["pretraining"]["init_checkpoint"])
     return models.load_checkpoint(recipe["architecture"], path)
