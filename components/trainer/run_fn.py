@@ -123,6 +123,28 @@ class StageContext:
                              f"takes the teacher Model artifact")
         return load_task_model(self.config.teacher_model)
 
+    @property
+    def kg_embeddings(self):
+        """``(entity_embeddings [E, d], relation_embeddings [R, d])`` of the stage's
+        knowledge-graph embeddings (the KnowledgeTrainer component passes the KGEmbeddings
+        folder as ``custom_config["kg_embeddings"]``), or None without them."""
+        if not self.config.kg_embeddings:
+            return None
+        from lmfactory.components.knowledge_graph.embedding_component import load_embeddings
+
+        return load_embeddings(self.config.kg_embeddings)
+
+    def knowledge_init(self, model) -> None:
+        """Calls the architecture's ``knowledge_init(model, entity_embeddings)`` on a freshly
+        built pretrainer or head when the stage has knowledge-graph embeddings (and the
+        architecture registers one); otherwise does nothing."""
+        init = models.get(self.config.architecture).knowledge_init
+        embeddings = self.kg_embeddings if init is not None else None
+        if embeddings is not None:
+            init(model, embeddings[0])
+            logging.info("Initialised %s from the knowledge-graph embeddings in %s",
+                         type(model).__name__, self.config.kg_embeddings)
+
 
 def _optimizer(config, total_steps: int):
     """The recipe stage's optimiser (optimization.py): AdamW, warmup then linear or cosine
