@@ -20,6 +20,8 @@ ARCHITECTURE = registry.register(
         special_tokens={"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]",
                         "mask": "[MASK]"},
         segment_layout="bert",
+        knowledge_init=knowledge_init,
+        concept_paths=True,
         paper="Lin et al. 2019, KagNet: Knowledge-Aware Graph Networks for Commonsense "
               "Reasoning (EMNLP), arXiv:1909.02151",
     )

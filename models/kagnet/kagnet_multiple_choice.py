@@ -44,6 +44,12 @@ class KagNetMultipleChoice(Task):
         dropout: before the scoring MLP and inside the graph encoder.
     """
 
+    # The recipe's `finetuning.task_args` for KagNet: the head's sizes and the path search's
+    # settings (`KagNetPreprocessor`, ``components/concept_paths``).
+    RECIPE_TASK_ARGS = ("dropout", "graph_dim", "gcn_layers", "path_dim", "pair_dim",
+                        "max_hops", "max_paths_per_pair", "max_question_concepts",
+                        "max_answer_concepts", "min_path_score", "max_neighbours")
+
     def __init__(self, backbone, num_choices, num_concepts=16, num_relations=4,
                  concept_dim=16, graph_dim=None, gcn_layers=2, path_dim=None, pair_dim=None,
                  dropout=0.1, **kwargs):

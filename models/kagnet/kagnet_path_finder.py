@@ -118,6 +118,13 @@ class ConceptPathFinder(keras.layers.Layer):
         else:
             self._edge_table = None
 
+    def output_shapes(self) -> dict:
+        """Each output's shape after the row axis."""
+        M, K, H = self.max_pairs, self.max_paths_per_pair, self.max_hops
+        return {"concept_ids": (self.max_nodes,), "edges": (self.max_edges, 2),
+                "pair_nodes": (M, 2), "path_nodes": (M, K, H + 1),
+                "path_relations": (M, K, H)}
+
     # ------------------------------------------------------------------ path search
 
     def _edge(self, sources, targets):

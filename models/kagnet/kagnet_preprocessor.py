@@ -19,9 +19,11 @@ which who whom whose this that these those there here when where why how not no 
 than too very can will would should could may might must shall just also as such some
 any each every all both either neither other another""".split())
 
-# `finetuning.task_args` the path search takes (the rest go to the head).
+# `finetuning.task_args` the path search takes (the rest go to the head): the
+# `ConceptPathFinder`'s and the concept graph's (`build_concept_graph`).
 PATH_ARGUMENTS = ("max_hops", "max_paths_per_pair", "max_question_concepts",
                   "max_answer_concepts", "min_path_score")
+SEARCH_ARGUMENTS = PATH_ARGUMENTS + ("max_neighbours",)
 
 
 def grounding_labels(labels, stop_words=STOP_WORDS):
@@ -62,11 +64,27 @@ class KagNetPreprocessor(keras.layers.Layer):
         not path-search settings."""
         finder = self.path_finder
         arguments = {key: value for key, value in dict(task_args or {}).items()
-                     if key not in PATH_ARGUMENTS}
+                     if key not in SEARCH_ARGUMENTS}
         arguments.update(num_concepts=finder.num_concepts, num_relations=finder.num_relations)
         if getattr(finder, "embedding_dim", None):
             arguments["concept_dim"] = finder.embedding_dim
         return arguments
+
+    def record_features(self, num_choices: int) -> dict:
+        """The graph features of a question's record written by the Beam stage
+        (``components/concept_paths``), name -> its shape [C, ...] (stored flattened)."""
+        return {name: (num_choices,) + shape
+                for name, shape in self.path_finder.output_shapes().items()}
+
+    def from_records(self, inputs, records: dict) -> dict:
+        """The model inputs of ``(question [B], choices [B, C])`` whose graph features were
+        computed offline by the Beam stage: ``records`` name -> int [B, C * ...]."""
+        question, choices = (tf.convert_to_tensor(x) for x in inputs)
+        outputs = dict(self.text_preprocessor((question, choices)))
+        num_choices = choices.shape[1] or tf.shape(choices)[1]
+        for name, shape in self.record_features(num_choices).items():
+            outputs[name] = tf.reshape(tf.cast(records[name], tf.int32), (-1,) + shape)
+        return outputs
 
     def ground(self, texts):
         """Concept ids [N, None] (ragged int64) grounded in ``texts`` [N]."""
@@ -146,5 +164,5 @@ def kagnet_preprocessor(vocab_dir: str, sequence_length: int, num_text_features:
     return KagNetPreprocessor(text, linker, finder)
 
 
-__all__ = ["KagNetPreprocessor", "PATH_ARGUMENTS", "STOP_WORDS", "grounding_labels",
+__all__ = ["KagNetPreprocessor", "PATH_ARGUMENTS", "SEARCH_ARGUMENTS", "STOP_WORDS", "grounding_labels",
            "kagnet_preprocessor", "make_linker"]
