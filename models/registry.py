@@ -103,7 +103,8 @@ class Architecture:
             False otherwise; a recurrent LM (AWD-LSTM) sets True, a bidirectional one
             (ELMo) leaves it. The conformance harness checks it.
         paper: citation of the paper the implementation follows.
-        knowledge_init: ``fn(task_model_or_backbone, entity_embeddings)`` for an architecture
+        knowledge_init: ``fn(task_model_or_backbone, entity_embeddings,
+            relation_embeddings)`` (float32 [E, d], [R, d]) for an architecture
             that starts from knowledge-graph embeddings (ERNIE's frozen TransE entities):
             the trainer calls it after building a fresh pretrainer or head when the stage
             has ``kg_embeddings`` (components/knowledge_graph, `KnowledgeTrainer`); the

@@ -119,10 +119,11 @@ def _trainer_config(recipe: dict, settings: dict, task: dict | None,
 
 
 def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, model=None,
-             kg_embeddings=None):
+             kg_embeddings=None, graph=None):
     """A TFX Trainer running ``run_fn`` with the recipe section ``stage``'s settings
     (``model["pretraining"]`` for a teacher); with ``kg_embeddings`` (a KGEmbeddings
-    channel) a KnowledgeTrainer (components/knowledge_graph) that hands them to run_fn."""
+    channel) a KnowledgeTrainer (components/knowledge_graph) that hands them and the
+    knowledge ``graph`` to run_fn."""
     settings = (model or recipe)[stage]
     arguments = dict(
         run_fn=RUN_FN,
@@ -133,7 +134,8 @@ def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, mod
         custom_config=_trainer_config(recipe, settings, task, model),
     )
     if kg_embeddings is not None:
-        return KnowledgeTrainer(kg_embeddings=kg_embeddings, **arguments)
+        return KnowledgeTrainer(kg_embeddings=kg_embeddings, knowledge_graph=graph,
+                                **arguments)
     return tfx.components.Trainer(**arguments)
 
 
@@ -210,7 +212,7 @@ def _pretraining_stage(recipe: dict, target_gen=None, graph=None, kg_embeddings=
     examples = pretraining_gen.outputs["pretraining_examples"]
     if not recipe.get("teacher"):
         pretrainer = _trainer(recipe, "pretraining", examples,
-                              kg_embeddings=kg_embeddings).with_id("Pretrainer")
+                              kg_embeddings=kg_embeddings, graph=graph).with_id("Pretrainer")
         return (components + [pretrainer], pretrainer.outputs["model"],
                 vocabulary_gen.outputs["vocabulary"], None)
     teacher_components = _teacher_stage(recipe, corpus_gen.outputs["examples"],
@@ -293,7 +295,7 @@ def create_components(recipe: dict, serving_dir: str) -> list:
     else:
         finetuner = _trainer(recipe, "finetuning", task_examples, task=task,
                              base_model=pretrained_model,
-                             kg_embeddings=kg_embeddings).with_id("FineTuner")
+                             kg_embeddings=kg_embeddings, graph=graph).with_id("FineTuner")
     baseline = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
         model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),

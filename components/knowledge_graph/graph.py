@@ -114,6 +114,25 @@ class KnowledgeGraph:
                    _read_json(os.path.join(uri, COUNTS_FILE)), dict(info["linking"]))
 
 
+def add_linking_files(vocab_dir: str, graph_uri: str, destination: str) -> None:
+    """Copies the vocabulary folder ``vocab_dir`` to ``destination`` and adds the graph's
+    ``entities.tsv`` and a ``linking.json`` with its linking settings (the files
+    `lmfactory.models.knowledge.read_linking_vocabulary` reads)."""
+    from lmfactory.models.knowledge import ENTITIES_FILE as VOCAB_ENTITIES, LINKING_FILE
+
+    if tf.io.gfile.exists(destination):
+        tf.io.gfile.rmtree(destination)
+    tf.io.gfile.makedirs(destination)
+    for name in tf.io.gfile.listdir(vocab_dir):
+        source = os.path.join(vocab_dir, name.rstrip("/"))
+        if not tf.io.gfile.isdir(source):
+            tf.io.gfile.copy(source, os.path.join(destination, name), overwrite=True)
+    tf.io.gfile.copy(os.path.join(graph_uri, ENTITIES_FILE),
+                     os.path.join(destination, VOCAB_ENTITIES), overwrite=True)
+    linking = _read_json(os.path.join(graph_uri, GRAPH_FILE))["linking"]
+    _write_json(os.path.join(destination, LINKING_FILE), linking)
+
+
 def _write_json(path: str, value) -> None:
     with tf.io.gfile.GFile(path, "w") as f:
         json.dump(value, f, indent=2, sort_keys=True)

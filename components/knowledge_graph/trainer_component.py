@@ -1,9 +1,12 @@
 """KnowledgeTrainer: trains a stage with knowledge-graph embeddings (ERNIE's TransE entity
-vectors) — TFX Trainer's spec plus a ``kg_embeddings`` input (the Distiller's pattern,
-components/distiller). It runs the same ``run_fn``; ``run_fn`` sees the KGEmbeddings folder
-in ``custom_config["kg_embeddings"]`` and `StageContext.kg_embeddings` loads it; the
-architecture's ``knowledge_init`` (models/registry.py) puts the vectors into a freshly built
-pretrainer or head."""
+vectors) — TFX Trainer's spec plus a ``kg_embeddings`` input and an optional
+``knowledge_graph`` input (the Distiller's pattern, components/distiller). It runs the same
+``run_fn``; ``run_fn`` sees the folders in ``custom_config["kg_embeddings"]`` /
+``custom_config["knowledge_graph"]``, `StageContext.kg_embeddings` /
+`StageContext.knowledge_graph` load them, and the architecture's ``knowledge_init``
+(models/registry.py) puts the vectors into a freshly built pretrainer or head. With the
+graph, the stage's vocabulary folder (and so the Model artifact's) also holds the graph's
+entities and linking settings (`StageContext.knowledge_vocabulary`)."""
 
 from __future__ import annotations
 
@@ -16,9 +19,10 @@ from tfx.proto import trainer_pb2
 from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
 from tfx.types.component_spec import ChannelParameter
 
-from lmfactory.components.artifacts import KGEmbeddings
+from lmfactory.components.artifacts import KGEmbeddings, KnowledgeGraph
 
 KG_EMBEDDINGS_KEY = "kg_embeddings"
+KNOWLEDGE_GRAPH_KEY = "knowledge_graph"
 
 
 class Executor(trainer_executor.GenericExecutor):
@@ -26,10 +30,11 @@ class Executor(trainer_executor.GenericExecutor):
     through ``custom_config["kg_embeddings"]``."""
 
     def Do(self, input_dict, output_dict, exec_properties):
-        uri = artifact_utils.get_single_uri(input_dict[KG_EMBEDDINGS_KEY])
         exec_properties = dict(exec_properties)
         custom_config = json.loads(exec_properties.get("custom_config") or "{}")
-        custom_config[KG_EMBEDDINGS_KEY] = uri
+        for key in (KG_EMBEDDINGS_KEY, KNOWLEDGE_GRAPH_KEY):
+            if input_dict.get(key):
+                custom_config[key] = artifact_utils.get_single_uri(input_dict[key])
         exec_properties["custom_config"] = json.dumps(custom_config)
         super().Do(input_dict, output_dict, exec_properties)
 
@@ -38,6 +43,7 @@ class KnowledgeTrainerSpec(standard_component_specs.TrainerSpec):
     INPUTS = {
         **standard_component_specs.TrainerSpec.INPUTS,
         KG_EMBEDDINGS_KEY: ChannelParameter(type=KGEmbeddings),
+        KNOWLEDGE_GRAPH_KEY: ChannelParameter(type=KnowledgeGraph, optional=True),
     }
 
 
@@ -48,9 +54,11 @@ class KnowledgeTrainer(base_component.BaseComponent):
     def __init__(self, examples: types.BaseChannel, kg_embeddings: types.BaseChannel,
                  run_fn: str, train_args: trainer_pb2.TrainArgs,
                  eval_args: trainer_pb2.EvalArgs, custom_config: dict,
-                 base_model: types.BaseChannel | None = None):
+                 base_model: types.BaseChannel | None = None,
+                 knowledge_graph: types.BaseChannel | None = None):
         spec = KnowledgeTrainerSpec(
             examples=examples, kg_embeddings=kg_embeddings, base_model=base_model,
+            knowledge_graph=knowledge_graph,
             run_fn=run_fn, train_args=train_args, eval_args=eval_args,
             custom_config=json.dumps(custom_config, sort_keys=True),
             model=types.Channel(type=standard_artifacts.Model),

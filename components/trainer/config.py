@@ -42,6 +42,7 @@ class TrainerConfig:
     # The KGEmbeddings folder of a knowledge stage (set by the KnowledgeTrainer component,
     # components/knowledge_graph/trainer_component.py).
     kg_embeddings: str | None = None
+    knowledge_graph: str | None = None  # its KnowledgeGraph folder, when given
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainerConfig":

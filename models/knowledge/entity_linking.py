@@ -24,6 +24,8 @@ own; the word split is tf-text's ``regex_split_with_offsets`` and the lookup a
 
 from __future__ import annotations
 
+import json
+import os
 import unicodedata
 from typing import Iterable, Sequence
 
@@ -35,6 +37,38 @@ _ASCII_SPACES = "\t\n\v\f\r "
 _NOT_WORD_OR_SPACE = r"[^\t\n\v\f\r \p{Z}\p{L}\p{M}\p{N}]"
 _DELIMITERS = r"[\t\n\v\f\r \p{Z}]+|" + _NOT_WORD_OR_SPACE
 OFFSET_UNITS = ("UTF8_CHAR", "BYTE")
+# A vocabulary folder of a model trained with a knowledge graph holds the graph's entities
+# (KnowledgeGraph artifact format: index<TAB>id<TAB>forms joined by "|") and the linker's
+# settings, so the model's preprocessing links raw text the way its training data was.
+ENTITIES_FILE = "entities.tsv"
+LINKING_FILE = "linking.json"
+
+
+def read_entities_file(path: str) -> tuple[list[str], list[list[str]]]:
+    """``(entity ids, surface forms per entity)`` of an ``entities.tsv`` file."""
+    entities, labels = [], []
+    with tf.io.gfile.GFile(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            _, entity, forms = line.split("\t")
+            entities.append(entity)
+            labels.append(forms.split("|") if forms else [])
+    return entities, labels
+
+
+def read_linking_vocabulary(vocab_dir: str):
+    """``(labels, max_ngram, lowercase)`` from a vocabulary folder's `ENTITIES_FILE` and
+    `LINKING_FILE`, or None when the folder has none (a model trained without a graph)."""
+    entities_path = os.path.join(vocab_dir, ENTITIES_FILE)
+    linking_path = os.path.join(vocab_dir, LINKING_FILE)
+    if not (tf.io.gfile.exists(entities_path) and tf.io.gfile.exists(linking_path)):
+        return None
+    with tf.io.gfile.GFile(linking_path) as f:
+        linking = json.load(f)
+    return (read_entities_file(entities_path)[1], int(linking["max_ngram"]),
+            bool(linking["lowercase"]))
 
 
 def _is_space(char: str) -> bool:
@@ -88,7 +122,7 @@ def label_table(labels: Sequence[Iterable[str]], max_ngram: int,
 
 def _shift_left(values, k: int, fill):
     """``values[:, k:]`` padded back to its width with ``fill``."""
-    return tf.pad(values[:, k:], [[0, 0], [0, k]], constant_values=fill)
+    return tf.pad(values, [[0, 0], [0, k]], constant_values=fill)[:, k:]
 
 
 class EntityLinkingLayer(keras.layers.Layer):
@@ -124,10 +158,60 @@ class EntityLinkingLayer(keras.layers.Layer):
             default_value=-1)
 
     def call(self, texts):
-        raise NotImplementedError
+        import tensorflow_text as tf_text
 
-    def compute_output_spec(self, texts):
-        raise NotImplementedError
+        texts = tf.convert_to_tensor(texts, tf.string)
+        words, begins, ends = tf_text.regex_split_with_offsets(
+            texts, _DELIMITERS, _NOT_WORD_OR_SPACE)
+        if self.lowercase:
+            words = tf.ragged.map_flat_values(tf.strings.lower, words, encoding="utf-8")
+        lengths = words.row_lengths()
+        # One padding column more, so a batch of texts without words still scans one step.
+        width = tf.reduce_max(tf.concat([lengths, [0]], 0)) + 1
+        words = words.to_tensor("", shape=[None, width])
+        begins = begins.to_tensor(0, shape=[None, width])
+        ends = ends.to_tensor(0, shape=[None, width])
+        positions = tf.range(width, dtype=tf.int64)[tf.newaxis, :]
+        # best[b, i] / entity[b, i]: the longest label starting at word i and its entity.
+        best = tf.zeros_like(begins)
+        entity = tf.fill(tf.shape(begins), tf.constant(-1, tf.int64))
+        for n in range(self.max_ngram, 0, -1):
+            ngrams = tf.strings.join([_shift_left(words, k, "") for k in range(n)],
+                                     separator=" ")
+            found = self._table.lookup(ngrams)
+            hit = (found >= 0) & (positions + n <= lengths[:, tf.newaxis]) & (best == 0)
+            best = tf.where(hit, tf.constant(n, tf.int64), best)
+            entity = tf.where(hit, found, entity)
+
+        def scan_step(state, best_at_i):  # left to right: a match starts after the last one
+            next_free, i = state[0], state[2]
+            take = (i >= next_free) & (best_at_i > 0)
+            return tf.where(take, i + best_at_i, next_free), take, i + 1
+
+        batch = tf.shape(texts, out_type=tf.int64)[:1]
+        _, taken, _ = tf.scan(scan_step, tf.transpose(best),
+                              initializer=(tf.zeros(batch, tf.int64),
+                                           tf.zeros(batch, tf.bool),
+                                           tf.constant(0, tf.int64)))
+        taken = tf.transpose(taken)
+        last_word = tf.maximum(positions + best - 1, 0)
+        mention_ends = tf.gather(ends, last_word, batch_dims=1)
+        if self.offset_unit == "UTF8_CHAR":
+            begins, mention_ends = self._char_offsets(texts, begins, mention_ends)
+        return (tf.ragged.boolean_mask(begins, taken),
+                tf.ragged.boolean_mask(mention_ends, taken),
+                tf.ragged.boolean_mask(entity, taken))
+
+    @staticmethod
+    def _char_offsets(texts, *byte_offsets):
+        """Byte offsets [B, T] -> code point offsets: the number of characters that start
+        before each offset."""
+        _, char_starts = tf.strings.unicode_decode_with_offsets(
+            texts, "UTF-8", errors="replace")
+        width = tf.reduce_max(tf.concat([char_starts.row_lengths(), [0]], 0)) + 1
+        char_starts = char_starts.to_tensor(tf.int64.max, shape=[None, width])
+        return tuple(tf.searchsorted(char_starts, offsets, side="left", out_type=tf.int64)
+                     for offsets in byte_offsets)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "labels": self.labels, "max_ngram": self.max_ngram,
