@@ -25,6 +25,7 @@ layer's config holds a path, not the graph.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 
@@ -69,9 +70,11 @@ class ConceptGraph:
         import tensorflow as tf
 
         tf.io.gfile.makedirs(directory)
+        buffer = io.BytesIO()
+        np.savez(buffer, row_splits=self.row_splits, targets=self.targets,
+                 relations=self.relations, log_scores=self.log_scores)
         with tf.io.gfile.GFile(os.path.join(directory, GRAPH_FILE), "wb") as f:
-            np.savez(f, row_splits=self.row_splits, targets=self.targets,
-                     relations=self.relations, log_scores=self.log_scores)
+            f.write(buffer.getvalue())
         with tf.io.gfile.GFile(os.path.join(directory, CONFIG_FILE), "w") as f:
             json.dump({"num_concepts": self.num_concepts, "num_relations": self.num_relations,
                        "max_neighbours": self.max_neighbours,
@@ -83,8 +86,6 @@ class ConceptGraph:
 
     @classmethod
     def load(cls, directory: str) -> "ConceptGraph":
-        import io
-
         import tensorflow as tf
 
         path = os.path.join(directory, GRAPH_FILE)

@@ -43,7 +43,7 @@ class SchemaGraphConvolution(keras.layers.Layer):
                                                   kernel_initializer=init,
                                                   dtype=self.dtype_policy, name="neighbour")
 
-    def build(self, nodes_shape, adjacency_shape=None, mask_shape=None):
+    def build(self, nodes_shape, adjacency_shape=None, node_mask_shape=None):
         self.self_dense.build(nodes_shape)
         self.neighbour_dense.build(nodes_shape)
         self.built = True
@@ -80,7 +80,8 @@ class HierarchicalPathAttention(keras.layers.Layer):
     ``path_mask`` [R, M, K]. Output: g [R, dp + dt].
     """
 
-    def build(self, statement_shape, pairs_shape=None, paths_shape=None, mask_shape=None):
+    def build(self, statement_shape, pairs_shape=None, paths_shape=None,
+              path_mask_shape=None):
         init = keras.initializers.GlorotUniform()
         self.path_kernel = self.add_weight(name="w1", shape=(pairs_shape[-1], paths_shape[-1]),
                                            initializer=init)
@@ -99,7 +100,8 @@ class HierarchicalPathAttention(keras.layers.Layer):
         beta = masked_softmax(ops.einsum("rp,rmp->rm", pair_query, pair_paths), pair_mask)
         return ops.einsum("rm,rmd->rd", beta, ops.concatenate([pair_paths, pairs], axis=-1))
 
-    def compute_output_shape(self, statement_shape, pairs_shape, paths_shape, mask_shape):
+    def compute_output_shape(self, statement_shape, pairs_shape, paths_shape,
+                             path_mask_shape):
         return (statement_shape[0], paths_shape[-1] + pairs_shape[-1])
 
 
