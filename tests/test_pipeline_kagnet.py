@@ -53,7 +53,7 @@ def test_kagnet_dag_pushes_a_model_that_grounds_raw_questions(tmp_path, shared_d
     assert summary["pushed_model"], "a blessed model is pushed"
     root = Path(summary["pipeline_root"])
 
-    graph_dir = next((root / "KnowledgeGraphGen").glob("*/*"))
+    graph_dir = next((root / "KnowledgeGraphGen" / "knowledge_graph").iterdir())
     counts = json.loads((graph_dir / "counts.json").read_text())
     assert counts["malformed_lines"] == 1 and counts["skipped_non_english"] == 1
 
