@@ -181,13 +181,13 @@ def test_knowledge_init_copies_transe_with_inverse_relations():
 
 @pytest.fixture(scope="module")
 def csqa_graph(tmp_path_factory, shared_data):
-    """A test KG in ConceptNet's CSV format: word co-occurrence in 3,000 CommonsenseQA
+    """A test KG in ConceptNet's CSV format: word co-occurrence in 1,500 CommonsenseQA
     train question stems (not ConceptNet), read by the KG stage's ConceptNet reader."""
     from lmfactory.components.knowledge_graph.graph import build_graph
 
     path = str(tmp_path_factory.mktemp("kg") / "assertions.csv")
     stems = commonsenseqa_stems(str(shared_data / "commonsenseqa" / "train_rand_split.jsonl"),
-                                limit=3000)
+                                limit=1500)
     write_conceptnet_csv(cooccurrence_assertions(stems), path)
     return build_graph({"format": "conceptnet", "splits": {"train": path}, "labels": None,
                         "linking": {"max_ngram": 4, "lowercase": True}})
@@ -223,3 +223,18 @@ class _NoText(tf.keras.layers.Layer):
 
     def call(self, inputs):
         return {}
+
+
+@pytest.mark.parametrize("override, field, message", [
+    ("finetuning.task_args={max_hops: 4}", "finetuning.task_args.max_hops", "<= 3"),
+    ("finetuning.task_args={max_paths_per_pair: 0}", "finetuning.task_args.max_paths_per_pair",
+     "positive integer"),
+    ("finetuning.task_args={hops: 2}", "finetuning.task_args", "multiple_choice takes"),
+    ("knowledge_graph=null", "knowledge_graph", "give a knowledge_graph section"),
+])
+def test_recipe_errors_name_the_kagnet_field(override, field, message):
+    from lmfactory.recipe import RecipeError, load_recipe
+
+    with pytest.raises(RecipeError, match=message) as error:
+        load_recipe("kagnet_csqa", [override])
+    assert error.value.field == field

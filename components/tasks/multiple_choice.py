@@ -49,6 +49,10 @@ def check_recipe(check, recipe: dict, arch) -> None:
     if unknown:
         check.fail("finetuning.task_args", f"multiple_choice takes {sorted(allowed)} for "
                                            f"{arch.name}; got {unknown}")
+    problem = getattr(arch.head("multiple_choice"), "task_args_problem", None)
+    problem = problem(recipe["finetuning"].get("task_args", {})) if problem else None
+    if problem:
+        check.fail(f"finetuning.task_args.{problem[0]}", problem[1])
 
 
 def train(context) -> dict:

@@ -50,6 +50,20 @@ class KagNetMultipleChoice(Task):
                         "max_hops", "max_paths_per_pair", "max_question_concepts",
                         "max_answer_concepts", "min_path_score", "max_neighbours")
 
+    @classmethod
+    def task_args_problem(cls, task_args: dict):
+        """``(key, message)`` of the first invalid recipe ``task_args`` value, or None."""
+        for key, value in dict(task_args or {}).items():
+            if key == "dropout" or key == "min_path_score":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                        or not 0 <= value < 1:
+                    return key, f"must be a number in [0, 1), got {value!r}"
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1 or (
+                    key == "max_hops" and value > 3) or (key == "gcn_layers" and value > 8):
+                bound = {"max_hops": " <= 3", "gcn_layers": " <= 8"}.get(key, "")
+                return key, f"must be a positive integer{bound}, got {value!r}"
+        return None
+
     def __init__(self, backbone, num_choices, num_concepts=16, num_relations=4,
                  concept_dim=16, graph_dim=None, gcn_layers=2, path_dim=None, pair_dim=None,
                  dropout=0.1, **kwargs):

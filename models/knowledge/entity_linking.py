@@ -168,9 +168,10 @@ class EntityLinkingLayer(keras.layers.Layer):
         lengths = words.row_lengths()
         # One padding column more, so a batch of texts without words still scans one step.
         width = tf.reduce_max(tf.concat([lengths, [0]], 0)) + 1
-        words = words.to_tensor("", shape=[None, width])
-        begins = begins.to_tensor(0, shape=[None, width])
-        ends = ends.to_tensor(0, shape=[None, width])
+        shape = tf.stack([words.nrows(), width])
+        words = words.to_tensor("", shape=shape)
+        begins = begins.to_tensor(0, shape=shape)
+        ends = ends.to_tensor(0, shape=shape)
         positions = tf.range(width, dtype=tf.int64)[tf.newaxis, :]
         # best[b, i] / entity[b, i]: the longest label starting at word i and its entity.
         best = tf.zeros_like(begins)
@@ -209,7 +210,8 @@ class EntityLinkingLayer(keras.layers.Layer):
         _, char_starts = tf.strings.unicode_decode_with_offsets(
             texts, "UTF-8", errors="replace")
         width = tf.reduce_max(tf.concat([char_starts.row_lengths(), [0]], 0)) + 1
-        char_starts = char_starts.to_tensor(tf.int64.max, shape=[None, width])
+        char_starts = char_starts.to_tensor(tf.int64.max,
+                                            shape=tf.stack([char_starts.nrows(), width]))
         return tuple(tf.searchsorted(char_starts, offsets, side="left", out_type=tf.int64)
                      for offsets in byte_offsets)
 
