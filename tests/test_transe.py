@@ -143,6 +143,7 @@ def test_kg_embedding_trainer_writes_the_artifact(tmp_path):
     assert written == metrics and set(written) >= {"mrr", "hits@1", "hits@3", "hits@10",
                                                    "raw_mrr", "epoch_losses"}
     assert len(written["epoch_losses"]) == 2 and written["settings"]["dim"] == 4
+    assert json.loads((tmp_path / "e" / "embedding.json").read_text())["norm"] == 1
     assert (tmp_path / "e" / "entities.tsv").read_text() == \
         (tmp_path / "g" / "entities.tsv").read_text()
     with pytest.raises(FileNotFoundError, match="is not a KGEmbeddings folder"):
