@@ -22,8 +22,8 @@ from lmfactory.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKPOINT = REPO / "tests" / "fixtures" / "hf" / "bert"
-TINY = ["finetuning.steps=6", "finetuning.batch_size=4", "finetuning.eval_steps=1",
-        "runtime.steps_per_checkpoint=3", "runtime.beam.direct_running_mode=in_memory",
+TINY = ["finetuning.steps=4", "finetuning.batch_size=4", "finetuning.eval_steps=1",
+        "runtime.steps_per_checkpoint=4", "runtime.beam.direct_running_mode=in_memory",
         "runtime.beam.direct_num_workers=1", f"pretraining.init_checkpoint={CHECKPOINT}",
         "knowledge_graph.embedding.epochs=1", "knowledge_graph.embedding.dim=8",
         "finetuning.task_args={max_hops: 2, max_paths_per_pair: 2, "
@@ -42,7 +42,7 @@ def test_kagnet_dag_pushes_a_model_that_grounds_raw_questions(tmp_path, shared_d
     train = _slice(csqa / "train_rand_split.jsonl", tmp_path / "train.jsonl", 32)
     dev = _slice(csqa / "dev_rand_split.jsonl", tmp_path / "dev.jsonl", 16)
     kg = tmp_path / "assertions.csv"
-    stems = commonsenseqa_stems(str(csqa / "train_rand_split.jsonl"), limit=1500)
+    stems = commonsenseqa_stems(str(csqa / "train_rand_split.jsonl"), limit=800)
     write_conceptnet_csv(cooccurrence_assertions(stems), str(kg))
     with kg.open("a", encoding="utf-8") as f:  # bad KG lines are counted, not fatal
         f.write("not an assertion\n/a/[x]\t/r/RelatedTo\t/c/fr/chat\t/c/en/cat\t{}\n")
