@@ -51,6 +51,13 @@ class KagNetMultipleChoice(Task):
                         "max_answer_concepts", "min_path_score", "max_neighbours")
 
     @classmethod
+    def head_task_args(cls, task_args: dict) -> dict:
+        """The recipe ``task_args`` the head itself takes (the others set the search)."""
+        from lmfactory.models.kagnet.kagnet_preprocessor import SEARCH_ARGUMENTS
+
+        return {k: v for k, v in dict(task_args or {}).items() if k not in SEARCH_ARGUMENTS}
+
+    @classmethod
     def task_args_problem(cls, task_args: dict):
         """``(key, message)`` of the first invalid recipe ``task_args`` value, or None."""
         for key, value in dict(task_args or {}).items():
