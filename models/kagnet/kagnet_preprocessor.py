@@ -42,7 +42,10 @@ class KagNetPreprocessor(keras.layers.Layer):
     2. §3.1 concept recognition: ``linker`` (the KG's `EntityLinkingLayer`: longest label
        n-gram first, left to right) grounds the question and each choice in KG concepts;
        the question's concepts are the question concepts of each of its C rows, the
-       choice's the answer concepts.
+       choice's the answer concepts. The paper matches lemmatised n-grams; no lemmatiser
+       runs in TF Serving, so words match a concept's label as written (lowercased), and
+       an inflected word reaches its lemma only through the KG's own edges (ConceptNet's
+       ``/r/FormOf``).
     3. §3.1 path finding, pruning and schema graph: `ConceptPathFinder`.
 
     Outputs: dict of int32 [B, C, ...]: ``token_ids``, ``segment_ids``, ``padding_mask`` and
