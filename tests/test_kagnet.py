@@ -238,3 +238,24 @@ def test_recipe_errors_name_the_kagnet_field(override, field, message):
     with pytest.raises(RecipeError, match=message) as error:
         load_recipe("kagnet_csqa", [override])
     assert error.value.field == field
+
+
+def test_gcn_layer_averages_neighbours_as_in_section_3_2():
+    """h_i' = ReLU(W_self h_i + sum_{j in N_i} W h_j / |N_i|); padded nodes stay 0."""
+    from lmfactory.models.kagnet.kagnet_layers import SchemaGraphConvolution
+
+    rng = np.random.default_rng(0)
+    nodes = rng.normal(size=(1, 4, 3)).astype("float32")
+    adjacency = np.array([[[0, 1, 1, 0], [1, 0, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]]],
+                         "float32")
+    mask = np.array([[1, 1, 1, 0]])
+    layer = SchemaGraphConvolution(5)
+    out = layer(nodes, adjacency, mask).numpy()
+    w_self, b = layer.self_dense.kernel.numpy(), layer.self_dense.bias.numpy()
+    w = layer.neighbour_dense.kernel.numpy()
+    h = nodes[0]
+    expected = np.stack([h[0] @ w_self + b + (h[1] @ w + h[2] @ w) / 2,
+                         h[1] @ w_self + b + h[0] @ w,
+                         h[2] @ w_self + b + h[0] @ w])
+    np.testing.assert_allclose(out[0, :3], np.maximum(expected, 0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out[0, 3], 0.0)
