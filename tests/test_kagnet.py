@@ -259,3 +259,29 @@ def test_gcn_layer_averages_neighbours_as_in_section_3_2():
                          h[2] @ w_self + b + h[0] @ w])
     np.testing.assert_allclose(out[0, :3], np.maximum(expected, 0), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(out[0, 3], 0.0)
+
+
+def test_beam_batches_count_malformed_and_graphless_questions():
+    from lmfactory.components.concept_paths.component import add_schema_graphs
+    from lmfactory.components.example_gen.multiple_choice import (
+        MultipleChoiceExample, to_tf_example)
+
+    labels = [["apple"], ["tree"], ["fruit"], ["red"], ["leaf"], ["car"], ["road"], ["sky"]]
+    graph = build_concept_graph(8, 2, HAND_TRIPLES, labels=labels)
+    builder = SchemaGraphBuilder(graph, {"max_ngram": 2, "lowercase": True},
+                                 dict(max_hops=2, max_paths_per_pair=2))
+    good = to_tf_example(MultipleChoiceExample("q1", "An apple on a tree?",
+                                               ("red", "sky", "zebra"), 0))
+    bare = tf.train.Example()
+    bare.features.feature["label"].int64_list.value.append(0)
+    counts, outputs = add_schema_graphs([good.SerializeToString(), bare.SerializeToString()],
+                                        builder)
+    assert counts["malformed_examples"] == 1 and len(outputs) == 1
+    assert counts["questions"] == 1 and counts["choices"] == 3
+    assert counts["choices_without_concept"] == 1  # zebra
+    assert counts["choices_without_path"] == 2  # sky (a concept without edges), zebra
+    record = tf.train.Example.FromString(outputs[0]).features.feature
+    assert record["context"].bytes_list.value[0] == b"An apple on a tree?"
+    shapes = builder.finder.output_shapes()
+    for name in GRAPH_INPUTS:
+        assert len(record[name].int64_list.value) == 3 * int(np.prod(shapes[name]))
