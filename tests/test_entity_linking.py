@@ -3,11 +3,9 @@
 FB15k-237's labels, the layer survives a SavedModel, and the Beam `EntityLinker` annotates
 Examples with counters."""
 
-import gzip
 import json
 import os
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -118,15 +116,10 @@ def _write_examples(folder, records):
 
 
 def _read_examples(folder):
-    records = []
-    for name in sorted(os.listdir(folder)):
-        with gzip.open(os.path.join(folder, name)) as f:
-            data = f.read()
-        for record in tf.data.TFRecordDataset([os.path.join(folder, name)],
-                                              compression_type="GZIP"):
-            records.append(tf.train.Example.FromString(record.numpy()))
-        assert data
-    return records
+    names = sorted(os.listdir(folder))
+    assert names and all(name.endswith(".gz") for name in names)
+    return [tf.train.Example.FromString(record.numpy()) for record in tf.data.TFRecordDataset(
+        [os.path.join(folder, name) for name in names], compression_type="GZIP")]
 
 
 def test_entity_linker_beam(tmp_path):
