@@ -41,10 +41,11 @@ def _merge(defaults: dict, values: dict) -> dict:
 
 def check_knowledge_graph(check, recipe: dict, architecture) -> None:
     """Completes ``recipe["knowledge_graph"]`` with the defaults and checks it; an
-    architecture that links entities (``Architecture.links_entities``) requires it."""
+    architecture that links entities or finds concept paths (``Architecture.links_entities``,
+    ``concept_paths``) requires it."""
     section = recipe.get(SECTION)
     if not section:
-        if architecture.links_entities:
+        if architecture.links_entities or architecture.concept_paths:
             check.fail(SECTION, f"{architecture.name} links text to a knowledge graph: give "
                                 f"a knowledge_graph section (format, splits, labels)")
         return

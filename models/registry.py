@@ -114,6 +114,12 @@ class Architecture:
             mentions (the pipeline runs the corpus and task examples through
             ``EntityLinker`` and trains with ``KnowledgeTrainer``s when the recipe has a
             ``knowledge_graph`` section).
+        concept_paths: whether its multiple-choice examples go through KagNet's
+            ``ConceptPaths`` stage (components/concept_paths: concepts grounded, paths
+            found and pruned, schema graphs built, Lin et al. 2019 §3.1) and its fine-tuning
+            is a ``KnowledgeTrainer`` given the graph, when the recipe has a
+            ``knowledge_graph`` section; its ``multiple_choice`` preprocessor then gets the
+            stage's concept graph (``task_args["concept_graph"]``).
     """
 
     name: str
@@ -132,6 +138,7 @@ class Architecture:
     paper: str = ""
     knowledge_init: Optional[Callable] = None
     links_entities: bool = False
+    concept_paths: bool = False
 
     def __post_init__(self):
         if self.causal is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from lmfactory import models
+from lmfactory.components.concept_paths.component import ConceptPaths
 from lmfactory.components.knowledge_graph.component import KnowledgeGraphGen
 from lmfactory.components.knowledge_graph.embedding_component import KGEmbeddingTrainer
 from lmfactory.components.knowledge_graph.linker_component import EntityLinker
@@ -55,6 +56,29 @@ def links_entities(recipe: dict) -> bool:
     entities and it has a knowledge graph)."""
     return bool(recipe.get("knowledge_graph")) and models.get(
         recipe["architecture"]).links_entities
+
+
+def uses_knowledge(recipe: dict) -> bool:
+    """Whether the recipe's model uses its knowledge graph: entity linking (ERNIE) or
+    concept paths (KagNet, `Architecture.concept_paths`)."""
+    if not recipe.get("knowledge_graph"):
+        return False
+    arch = models.get(recipe["architecture"])
+    return bool(arch.links_entities or arch.concept_paths)
+
+
+def task_knowledge_stage(recipe: dict, examples, knowledge_graph, kg_embeddings):
+    """``(components, examples)``: the task examples annotated for the architecture:
+    KagNet's ConceptPaths (schema graphs and paths per choice) or the EntityLinker."""
+    if models.get(recipe["architecture"]).concept_paths:
+        paths = ConceptPaths(examples=examples, knowledge_graph=knowledge_graph,
+                             kg_embeddings=kg_embeddings,
+                             settings=recipe["finetuning"].get("task_args") or {}
+                             ).with_id("TaskConceptPaths")
+        return [paths], paths.outputs["examples"]
+    linker = entity_linker(examples, knowledge_graph, recipe["finetuning"]["text_features"],
+                           "TaskEntityLinker")
+    return [linker], linker.outputs["examples"]
 
 
 def entity_linker(examples, knowledge_graph, text_features, component_id: str):

@@ -257,10 +257,11 @@ def create_components(recipe: dict, serving_dir: str) -> list:
     remote_data.check_credentials(recipe)  # before anything lists a gs:// file
     target_gen = _target_corpus_gen(recipe)
     kg_components, graph, kg_embeddings = knowledge.knowledge_stage(recipe)
-    if not knowledge.links_entities(recipe):
+    if not knowledge.uses_knowledge(recipe):
         graph = kg_embeddings = None  # the graph's stages run, the model does not use them
+    linking = knowledge.links_entities(recipe)  # KagNet pretrains without the graph
     components, pretrained_model, vocabulary, teacher = _pretraining_stage(
-        recipe, target_gen, graph, kg_embeddings)
+        recipe, target_gen, graph if linking else None, kg_embeddings if linking else None)
     components = kg_components + components
 
     def ingested_target():  # the target corpus's examples, its ExampleGen added once
@@ -279,10 +280,9 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         task_examples = task_gen.outputs["examples"]
         components.append(task_gen)
         if graph is not None:
-            components.append(knowledge.entity_linker(
-                task_examples, graph, recipe["finetuning"]["text_features"],
-                "TaskEntityLinker"))
-            task_examples = components[-1].outputs["examples"]
+            stage, task_examples = knowledge.task_knowledge_stage(
+                recipe, task_examples, graph, kg_embeddings)
+            components.extend(stage)
     else:
         target_lm_gen = _lm_example_gen(recipe, ingested_target(), vocabulary
                                         ).with_id("TargetLMExampleGen")

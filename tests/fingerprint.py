@@ -73,8 +73,10 @@ def _span_extractor(backbone):
 
 def _multiple_choice(architecture, backbone, num_choices, task_args):
     from lmfactory import models
-    return models.get(architecture).head("multiple_choice")(
-        backbone, num_choices=num_choices, **task_args)  # registry API
+    head = models.get(architecture).head("multiple_choice")  # registry API
+    if hasattr(head, "head_task_args"):  # a head whose recipe task_args are partly its data's
+        task_args = head.head_task_args(task_args)
+    return head(backbone, num_choices=num_choices, **task_args)
 
 
 def _computes_own_loss(model) -> bool:
@@ -307,6 +309,8 @@ def finetuning_fingerprint(recipe: dict, vocab: int, pretrained, workdir: str, k
         model.compile(optimizer=_optimizer(config),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x = synthetic_inputs(getattr(model, "classifier", model), vocab)
+    if hasattr(model, "synthetic_inputs"):  # inputs of its own (KagNet's graphs)
+        x.update(model.synthetic_inputs(BATCH))
     result = {"task_model": type(model).__name__,
               "outputs": outputs_fingerprint(model(x, training=False))}
     if labels is not None:

@@ -37,15 +37,22 @@ def task_record(kind, finetuning: dict, source: dict) -> dict:
 
 def check_recipe(check, recipe: dict, arch) -> None:
     """The kind's data format; ``task_args``: ``dropout`` for the encoders' head, plus
-    ``lm_weight`` (the auxiliary LM loss) for an architecture with its own §3.3 packing."""
+    ``lm_weight`` (the auxiliary LM loss) for an architecture with its own §3.3 packing, or
+    the head's ``RECIPE_TASK_ARGS`` where it lists them (KagNet)."""
     check.positive_int("finetuning.sequence_length")
     check.source("data.task")
     check.choice("data.task.format", MULTIPLE_CHOICE.formats)
     allowed = {"dropout"} | ({"lm_weight"} if arch.preprocessor("multiple_choice") else set())
+    # A head with settings of its own lists them (KagNet's graph sizes and path search).
+    allowed = set(getattr(arch.head("multiple_choice"), "RECIPE_TASK_ARGS", allowed))
     unknown = sorted(set(recipe["finetuning"].get("task_args", {})) - allowed)
     if unknown:
         check.fail("finetuning.task_args", f"multiple_choice takes {sorted(allowed)} for "
                                            f"{arch.name}; got {unknown}")
+    problem = getattr(arch.head("multiple_choice"), "task_args_problem", None)
+    problem = problem(recipe["finetuning"].get("task_args", {})) if problem else None
+    if problem:
+        check.fail(f"finetuning.task_args.{problem[0]}", problem[1])
 
 
 def train(context) -> dict:
@@ -59,17 +66,25 @@ def train(context) -> dict:
     config = context.config
     task = dict(config.task)
     architecture = models.get(config.architecture)
-    if architecture.preprocessor("multiple_choice") is not None:  # GPT-1 §3.3
+    head_args = dict(config.task_args)
+    if architecture.preprocessor("multiple_choice") is not None:  # GPT-1 §3.3, KagNet
+        preprocessor_args = config.task_args
+        if architecture.concept_paths:  # KagNet §3.1: the concept graph it searches
+            from lmfactory.components.concept_paths.training import concept_graph_task_args
+
+            preprocessor_args = concept_graph_task_args(context, config.task_args)
         preprocessor = classifier_preprocessor(
             context.vocab_dir, config.architecture, task["sequence_length"],
-            num_text_features=2, task_args=config.task_args, task_kind="multiple_choice")
+            num_text_features=2, task_args=preprocessor_args, task_kind="multiple_choice")
+        if hasattr(preprocessor, "head_arguments"):  # the graph's sizes, KagNet
+            head_args = preprocessor.head_arguments(config.task_args)
     else:
         preprocessor = MultipleChoicePreprocessor.from_vocabulary(
             context.vocab_dir, config.architecture, task["sequence_length"])
     with context.strategy.scope():
         backbone = context.backbone()
         model = architecture.head("multiple_choice")(
-            backbone, num_choices=task["num_choices"], **config.task_args)
+            backbone, num_choices=task["num_choices"], **head_args)
         context.knowledge_init(model)
         model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
     read = dict(preprocessor=preprocessor, batch_size=config.batch_size, seed=config.seed,

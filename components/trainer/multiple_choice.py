@@ -22,6 +22,7 @@ import os
 import time
 from typing import Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from lmfactory.components.example_gen.multiple_choice import NO_LABEL, read_multiple_choice
@@ -50,10 +51,13 @@ def make_multiple_choice_dataset(source, preprocessor, batch_size: int, shuffle:
         source: a sequence of `MultipleChoiceExample` (e.g. a `MultipleChoiceSplit`), or a
             file pattern of GZIP TFRecords of `to_tf_example` records (then ``num_choices``
             is required: the ``choices`` feature is read as a fixed-length list).
-        preprocessor: a `MultipleChoicePreprocessor`.
+        preprocessor: a `MultipleChoicePreprocessor`, or an architecture's own; one with
+            ``record_features(num_choices)`` (KagNet's) reads those int64 features from the
+            TFRecords too and packs with ``from_records``.
         input_names: keep only these packed inputs (the model's input names).
         drop_remainder: default: True when ``repeat``.
     """
+    records = {}
     if isinstance(source, (str, os.PathLike)):
         if num_choices is None:
             raise ValueError("Reading TFRecords needs num_choices")
@@ -63,6 +67,12 @@ def make_multiple_choice_dataset(source, preprocessor, batch_size: int, shuffle:
         spec = {"context": tf.io.FixedLenFeature([], tf.string),
                 "choices": tf.io.FixedLenFeature([num_choices], tf.string),
                 "label": tf.io.FixedLenFeature([], tf.int64)}
+        # Features a knowledge stage computed offline for the preprocessor (KagNet's
+        # schema graphs, components/concept_paths): read and handed to `from_records`.
+        if hasattr(preprocessor, "record_features"):
+            records = preprocessor.record_features(num_choices)
+            spec.update({name: tf.io.FixedLenFeature([int(np.prod(shape))], tf.int64)
+                         for name, shape in records.items()})
         dataset = tf.data.TFRecordDataset(sorted(files), compression_type="GZIP")
         parse = lambda serialized: tf.io.parse_example(serialized, spec)  # noqa: E731
     else:
@@ -72,7 +82,11 @@ def make_multiple_choice_dataset(source, preprocessor, batch_size: int, shuffle:
     def to_model_inputs(batch):
         if parse is not None:
             batch = parse(batch)
-        packed = preprocessor((batch["context"], batch["choices"]))
+        if records:
+            packed = preprocessor.from_records((batch["context"], batch["choices"]),
+                                               {name: batch[name] for name in records})
+        else:
+            packed = preprocessor((batch["context"], batch["choices"]))
         if input_names is not None:
             packed = {name: packed[name] for name in input_names}
         return packed, batch["label"]

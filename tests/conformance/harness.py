@@ -477,8 +477,11 @@ def check_head(name, kind, backbone=None):
     what = f"{name} {kind} head"
     leading = (NUM_CHOICES,) if kind == "multiple_choice" else ()
     names = head_input_names(model, backbone)
-    inputs = make_inputs(names, vocabulary, leading=leading,
-                         characters_per_token=characters_per_token(backbone))
+    # A head with inputs of its own (KagNet's graph) makes them: `synthetic_inputs(batch)`.
+    own = model.synthetic_inputs(BATCH) if hasattr(model, "synthetic_inputs") else {}
+    inputs = make_inputs([name for name in names if name not in own], vocabulary,
+                         leading=leading, characters_per_token=characters_per_token(backbone))
+    inputs.update(own)
     outputs = model(inputs, training=False)
     if kind in ("classification", "classification_distillation"):
         logits = _logits(outputs, what)
