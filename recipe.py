@@ -20,6 +20,8 @@ from lmfactory.components import tasks as task_kinds
 from lmfactory.components.example_gen import formats as ingest_formats
 from lmfactory.components.trainer.optimization import DECAYS, OPTIMIZERS
 from lmfactory.components.trainer.strategy import STRATEGIES
+from lmfactory.recipe_knowledge import check_knowledge_graph
+from lmfactory.recipe_knowledge import schema as knowledge_graph_schema
 from lmfactory.recipe_lm_finetuning import check_lm_finetuning
 
 RECIPE_SUFFIX = ".yaml"
@@ -58,6 +60,7 @@ DEFAULTS = {
                    **OPTIMIZER_DEFAULTS, "task_args": {},
                    "sequence_length": 128, "text_features": ["sentence"], "num_classes": 2},
     "lm_finetuning": None,  # optional target-task LM fine-tuning stage (recipe_lm_finetuning)
+    "knowledge_graph": None,  # optional knowledge-graph stages (recipe_knowledge.py)
     "evaluation": {"threshold": None, "batch_size": 64, "max_batches": None},
     "serving": {"generation": {"max_length": 64, "sampler": "top_k", "k": 10,
                                "temperature": 1.0}},
@@ -164,6 +167,7 @@ def known_keys(defaults: dict) -> dict:
                        if key not in target})
     schema[STAGE] = {key: value for key, value in schema["pretraining"].items()
                      if key not in NOT_INHERITED}
+    schema["knowledge_graph"] = knowledge_graph_schema()
     schema["teacher"] = {key: schema.get(key) if key in ("pretraining", "finetuning") else
                          OPEN if key in _OPEN_KEYS else None for key in _TEACHER_KEYS}
     return schema
@@ -521,6 +525,7 @@ def validate(recipe: dict) -> dict:
                                                     "arguments")
     kind = _task_kind(check)
     kind.check_recipe(check, recipe, models.get(architecture))
+    check_knowledge_graph(check, recipe, models.get(architecture))
     check.choice("evaluation.metric", kind.metrics)
     if check.get("evaluation.threshold", required=False) is not None:
         # a correlation (Matthews, Pearson, Spearman) may be blessed above a negative value

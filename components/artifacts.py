@@ -18,3 +18,22 @@ class Vocabulary(artifact.Artifact):
     """
 
     TYPE_NAME = "lmfactory.Vocabulary"
+
+
+class KnowledgeGraph(artifact.Artifact):
+    """A knowledge graph read from triple files (KnowledgeGraphGen, components/knowledge_graph):
+    a folder with ``entities.tsv`` (index, id, surface forms joined by ``|``),
+    ``relations.tsv`` (index, id), ``triples-<split>.npy`` (int32 [N, 3]: head, relation,
+    tail indices) and ``counts.json`` (what was read, dropped and why). CONTRACTS
+    "Knowledge graphs"."""
+
+    TYPE_NAME = "lmfactory.KnowledgeGraph"
+
+
+class KGEmbeddings(artifact.Artifact):
+    """Entity and relation embeddings trained on a KnowledgeGraph (KGEmbeddingTrainer, e.g.
+    TransE): ``entity_embeddings.npy`` float32 [E, d] in the graph's entity order,
+    ``relation_embeddings.npy`` [R, d], ``metrics.json`` (filtered link-prediction metrics on
+    the test split) and a copy of the graph's ``entities.tsv``."""
+
+    TYPE_NAME = "lmfactory.KGEmbeddings"

@@ -103,6 +103,17 @@ class Architecture:
             False otherwise; a recurrent LM (AWD-LSTM) sets True, a bidirectional one
             (ELMo) leaves it. The conformance harness checks it.
         paper: citation of the paper the implementation follows.
+        knowledge_init: ``fn(task_model_or_backbone, entity_embeddings,
+            relation_embeddings)`` (float32 [E, d], [R, d]) for an architecture
+            that starts from knowledge-graph embeddings (ERNIE's frozen TransE entities):
+            the trainer calls it after building a fresh pretrainer or head when the stage
+            has ``kg_embeddings`` (components/knowledge_graph, `KnowledgeTrainer`); the
+            exported model keeps whatever weights it then holds. None for every other
+            architecture.
+        links_entities: whether its examples are annotated with knowledge-graph entity
+            mentions (the pipeline runs the corpus and task examples through
+            ``EntityLinker`` and trains with ``KnowledgeTrainer``s when the recipe has a
+            ``knowledge_graph`` section).
     """
 
     name: str
@@ -119,6 +130,8 @@ class Architecture:
     hf_model_types: tuple = ()
     causal: Optional[bool] = None
     paper: str = ""
+    knowledge_init: Optional[Callable] = None
+    links_entities: bool = False
 
     def __post_init__(self):
         if self.causal is None:

@@ -28,11 +28,12 @@ from lmfactory.components.distiller.component import Distiller
 from lmfactory.components.evaluator.component import LMEvaluator
 from lmfactory.components.example_gen import glue
 from lmfactory.components.example_gen.component import TextExampleGen
+from lmfactory.components.knowledge_graph.trainer_component import KnowledgeTrainer
 from lmfactory.components.model_init.component import BackboneInitializer
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
 from lmfactory.components.pusher import executor as pusher_executor
 from lmfactory.components.vocabulary.component import VocabularyGen
-from lmfactory.pipelines import remote_data
+from lmfactory.pipelines import knowledge, remote_data
 from lmfactory.recipe import DEFAULTS, OPTIMIZER_DEFAULTS, beam_pipeline_args
 
 RUN_FN = "lmfactory.components.trainer.run_fn.run_fn"
@@ -117,11 +118,14 @@ def _trainer_config(recipe: dict, settings: dict, task: dict | None,
     }
 
 
-def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, model=None):
+def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, model=None,
+             kg_embeddings=None, graph=None):
     """A TFX Trainer running ``run_fn`` with the recipe section ``stage``'s settings
-    (``model["pretraining"]`` for a teacher)."""
+    (``model["pretraining"]`` for a teacher); with ``kg_embeddings`` (a KGEmbeddings
+    channel) a KnowledgeTrainer (components/knowledge_graph) that hands them and the
+    knowledge ``graph`` to run_fn."""
     settings = (model or recipe)[stage]
-    return tfx.components.Trainer(
+    arguments = dict(
         run_fn=RUN_FN,
         examples=examples,
         base_model=base_model,
@@ -129,6 +133,10 @@ def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, mod
         eval_args=tfx.proto.EvalArgs(num_steps=settings["eval_steps"]),
         custom_config=_trainer_config(recipe, settings, task, model),
     )
+    if kg_embeddings is not None:
+        return KnowledgeTrainer(kg_embeddings=kg_embeddings, knowledge_graph=graph,
+                                **arguments)
+    return tfx.components.Trainer(**arguments)
 
 
 def _distiller(recipe: dict, stage: str, examples, teacher_model, task=None, base_model=None):
@@ -159,11 +167,14 @@ def _target_corpus_gen(recipe: dict):
                           ).with_id(component_id)
 
 
-def _pretraining_stage(recipe: dict, target_gen=None):
+def _pretraining_stage(recipe: dict, target_gen=None, graph=None, kg_embeddings=None):
     """The components that produce the model fine-tuning starts from: learned from the
     corpus (vocabulary, examples, Pretrainer) or imported from a published checkpoint.
     Returns ``(components, model channel, vocabulary channel or None)``; ``target_gen``
-    (`_target_corpus_gen`) is among the components when the vocabulary counts its text."""
+    (`_target_corpus_gen`) is among the components when the vocabulary counts its text.
+    With a knowledge ``graph`` (an architecture that links entities), the corpus goes
+    through the EntityLinker before the pretraining examples, and the Pretrainer is a
+    KnowledgeTrainer fed ``kg_embeddings``."""
     pretraining = recipe["pretraining"] or {}
     if pretraining.get("init_checkpoint"):
         importer = CheckpointImporter(
@@ -191,12 +202,17 @@ def _pretraining_stage(recipe: dict, target_gen=None):
             recipe["overrides"], recipe["runtime"]["seed"])
         return ([*counted, vocabulary_gen, initializer], initializer.outputs["model"],
                 vocabulary_gen.outputs["vocabulary"], None)
-    pretraining_gen = _lm_example_gen(recipe, corpus_gen.outputs["examples"],
-                                      vocabulary_gen.outputs["vocabulary"])
-    components = [*counted, vocabulary_gen, pretraining_gen]
+    corpus = corpus_gen.outputs["examples"]
+    linked = []
+    if graph is not None:
+        linked = [knowledge.entity_linker(corpus, graph, ["text"], "CorpusEntityLinker")]
+        corpus = linked[0].outputs["examples"]
+    pretraining_gen = _lm_example_gen(recipe, corpus, vocabulary_gen.outputs["vocabulary"])
+    components = [*counted, vocabulary_gen, *linked, pretraining_gen]
     examples = pretraining_gen.outputs["pretraining_examples"]
     if not recipe.get("teacher"):
-        pretrainer = _trainer(recipe, "pretraining", examples).with_id("Pretrainer")
+        pretrainer = _trainer(recipe, "pretraining", examples,
+                              kg_embeddings=kg_embeddings, graph=graph).with_id("Pretrainer")
         return (components + [pretrainer], pretrainer.outputs["model"],
                 vocabulary_gen.outputs["vocabulary"], None)
     teacher_components = _teacher_stage(recipe, corpus_gen.outputs["examples"],
@@ -233,7 +249,12 @@ def _target_lm_stage(recipe: dict, vocabulary, pretrained_model, target_gen) -> 
 def create_components(recipe: dict, serving_dir: str) -> list:
     remote_data.check_credentials(recipe)  # before anything lists a gs:// file
     target_gen = _target_corpus_gen(recipe)
-    components, pretrained_model, vocabulary, teacher = _pretraining_stage(recipe, target_gen)
+    kg_components, graph, kg_embeddings = knowledge.knowledge_stage(recipe)
+    if not knowledge.links_entities(recipe):
+        graph = kg_embeddings = None  # the graph's stages run, the model does not use them
+    components, pretrained_model, vocabulary, teacher = _pretraining_stage(
+        recipe, target_gen, graph, kg_embeddings)
+    components = kg_components + components
 
     def ingested_target():  # the target corpus's examples, its ExampleGen added once
         if target_gen not in components:
@@ -250,6 +271,11 @@ def create_components(recipe: dict, serving_dir: str) -> list:
             recipe["data"]["task"], (task or {}).get("num_classes"))).with_id("TaskExampleGen")
         task_examples = task_gen.outputs["examples"]
         components.append(task_gen)
+        if graph is not None:
+            components.append(knowledge.entity_linker(
+                task_examples, graph, recipe["finetuning"]["text_features"],
+                "TaskEntityLinker"))
+            task_examples = components[-1].outputs["examples"]
     else:
         target_lm_gen = _lm_example_gen(recipe, ingested_target(), vocabulary
                                         ).with_id("TargetLMExampleGen")
@@ -268,7 +294,8 @@ def create_components(recipe: dict, serving_dir: str) -> list:
                                base_model=pretrained_model).with_id("TaskDistiller")
     else:
         finetuner = _trainer(recipe, "finetuning", task_examples, task=task,
-                             base_model=pretrained_model).with_id("FineTuner")
+                             base_model=pretrained_model,
+                             kg_embeddings=kg_embeddings, graph=graph).with_id("FineTuner")
     baseline = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
         model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),

@@ -130,6 +130,7 @@ def train(context) -> dict:
             task_model = classifier = architecture.head("classification")(
                 backbone, num_classes=1 if regression else task["num_classes"],
                 **config.task_args)
+            context.knowledge_init(classifier)
             _compile(classifier, optimizer, regression, config.jit_compile,
                      config.architecture)
     read = dict(preprocessor=preprocessor, text_features=task["text_features"],

@@ -149,6 +149,7 @@ def train(context) -> dict:
                                   **_stream_args(task_cls, data_config["objective"],
                                                  config.batch_size))
             _carry_task_weights(context, task_model, data_config["objective"])
+            context.knowledge_init(task_model)
         task_model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
     batch = dict(batch_size=config.batch_size, seed=config.seed)
     ordered = objectives.get(data_config["objective"]).ordered_streams  # keep stream order

@@ -70,6 +70,7 @@ def train(context) -> dict:
         backbone = context.backbone()
         model = architecture.head("multiple_choice")(
             backbone, num_choices=task["num_choices"], **config.task_args)
+        context.knowledge_init(model)
         model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
     read = dict(preprocessor=preprocessor, batch_size=config.batch_size, seed=config.seed,
                 num_choices=task["num_choices"], input_names=list(model.input))

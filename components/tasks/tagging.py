@@ -74,6 +74,7 @@ def train(context) -> dict:
         backbone = context.backbone()
         model = models.get(config.architecture).head("tagging")(
             backbone, num_labels=len(labels), **config.task_args)
+        context.knowledge_init(model)
         model.compile(optimizer=context.optimizer(), jit_compile=config.jit_compile)
     read = dict(preprocessor=preprocessor, batch_size=config.batch_size, seed=config.seed,
                 input_names=list(model.input))

@@ -39,6 +39,10 @@ class TrainerConfig:
     task_args: dict = dataclasses.field(default_factory=dict)
     # The teacher Model artifact of a distillation (set by the Distiller component).
     teacher_model: str | None = None
+    # The KGEmbeddings folder of a knowledge stage (set by the KnowledgeTrainer component,
+    # components/knowledge_graph/trainer_component.py).
+    kg_embeddings: str | None = None
+    knowledge_graph: str | None = None  # its KnowledgeGraph folder, when given
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainerConfig":

@@ -57,7 +57,9 @@ def run_fn(fn_args) -> None:
     if task_kind is None and tf.io.gfile.exists(os.path.join(examples_uri, PRETRAINING_CONFIG)):
         task_kind = LANGUAGE_MODEL
     kind = task_kinds.get(task_kind or "classification")
-    trained = kind.train(StageContext(fn_args, config, strategy, examples_uri))
+    context = StageContext(fn_args, config, strategy, examples_uri)
+    trained = kind.train(context)
+    trained["vocab_dir"] = context.knowledge_vocabulary(trained["vocab_dir"])
     _write_outputs(fn_args, config, **trained)
 
 
@@ -77,8 +79,9 @@ class StageContext:
 
     @property
     def vocab_dir(self) -> str:
-        """The vocabulary of the base model (a fine-tuning stage)."""
-        return vocabulary_dir_of(self.fn_args.base_model)
+        """The vocabulary of the base model (a fine-tuning stage); with a knowledge graph, a
+        copy holding the graph's entities and linking settings (`knowledge_vocabulary`)."""
+        return self.knowledge_vocabulary(vocabulary_dir_of(self.fn_args.base_model))
 
     @property
     def train_files(self) -> str:
@@ -106,7 +109,17 @@ class StageContext:
                             **self.backbone_overrides(vocabulary_size))
 
     def backbone_overrides(self, vocabulary_size: int) -> dict:
-        return {**self.config.overrides, "vocabulary_size": vocabulary_size}
+        """A fresh backbone's arguments; with knowledge-graph embeddings, a backbone that
+        takes ``entity_vocabulary_size`` / ``entity_dim`` gets their shape."""
+        overrides = {**self.config.overrides, "vocabulary_size": vocabulary_size}
+        embeddings = self.kg_embeddings
+        if embeddings is not None:
+            arguments = models.backbone_arguments(self.config.architecture)
+            shape = dict(zip(("entity_vocabulary_size", "entity_dim"),
+                             map(int, embeddings[0].shape)))
+            overrides.update({key: value for key, value in shape.items()
+                              if key in arguments})
+        return overrides
 
     def optimizer(self):
         return _optimizer(self.config, self.fn_args.train_steps)
@@ -122,6 +135,58 @@ class StageContext:
                              f"it with the Distiller component (components/distiller), which "
                              f"takes the teacher Model artifact")
         return load_task_model(self.config.teacher_model)
+
+    @property
+    def kg_embeddings(self):
+        """``(entity_embeddings [E, d], relation_embeddings [R, d])`` of the stage's
+        knowledge-graph embeddings (the KnowledgeTrainer component passes the KGEmbeddings
+        folder as ``custom_config["kg_embeddings"]``), or None without them."""
+        if not self.config.kg_embeddings:
+            return None
+        if not hasattr(self, "_kg_embeddings"):
+            from lmfactory.components.knowledge_graph.embedding_component import (
+                load_embeddings)
+
+            self._kg_embeddings = load_embeddings(self.config.kg_embeddings)
+        return self._kg_embeddings
+
+    @property
+    def knowledge_graph(self):
+        """The stage's `KnowledgeGraph` (``custom_config["knowledge_graph"]``, set by the
+        KnowledgeTrainer component when it is given the graph), or None."""
+        if not self.config.knowledge_graph:
+            return None
+        if not hasattr(self, "_knowledge_graph"):
+            from lmfactory.components.knowledge_graph.graph import KnowledgeGraph
+
+            self._knowledge_graph = KnowledgeGraph.load(self.config.knowledge_graph)
+        return self._knowledge_graph
+
+    def knowledge_vocabulary(self, vocab_dir: str) -> str:
+        """``vocab_dir`` itself without a knowledge graph; with one, a copy of it (in the
+        run's folder) plus the graph's entities and linking settings
+        (models/knowledge `ENTITIES_FILE`, `LINKING_FILE`), so the model's preprocessing
+        and the exported model link text as its training data was linked."""
+        if not self.config.knowledge_graph:
+            return vocab_dir
+        from lmfactory.components.knowledge_graph.graph import add_linking_files
+
+        destination = os.path.join(self.fn_args.model_run_dir, "knowledge_vocabulary")
+        if os.path.normpath(vocab_dir) != os.path.normpath(destination):
+            add_linking_files(vocab_dir, self.config.knowledge_graph, destination)
+        return destination
+
+    def knowledge_init(self, model) -> None:
+        """Calls the architecture's ``knowledge_init(model, entity_embeddings,
+        relation_embeddings)`` on a freshly built pretrainer or head when the stage has
+        knowledge-graph embeddings (and the architecture registers one); otherwise does
+        nothing."""
+        init = models.get(self.config.architecture).knowledge_init
+        embeddings = self.kg_embeddings if init is not None else None
+        if embeddings is not None:
+            init(model, embeddings[0], embeddings[1])
+            logging.info("Initialised %s from the knowledge-graph embeddings in %s",
+                         type(model).__name__, self.config.kg_embeddings)
 
 
 def _optimizer(config, total_steps: int):

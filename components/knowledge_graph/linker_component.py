@@ -1,0 +1,177 @@
+"""EntityLinker: a Beam TFX component that annotates the text features of an Examples
+artifact with knowledge-graph entity mentions (ERNIE §4.1: entities aligned to the corpus
+text; KagNet §3.1: concept recognition), using `EntityMatcher` (linking.py).
+
+The output holds the same Examples (same splits, same features) plus, per text feature F:
+``F_entity_starts`` / ``F_entity_ends`` (int64 code-point offsets into F's UTF-8 decoded
+text, end exclusive) and ``F_entity_ids`` (int64 entity indices of the graph), in text
+order. Beam counters (namespace ``lmfactory.entity_linking``): ``examples``, ``texts``,
+``linked_mentions``, ``texts_without_entity``, ``missing_text_feature`` (an example without
+F: its mention lists are empty), ``invalid_utf8_texts`` (decoded with replacement
+characters, offsets into that decoding), ``multi_value_texts`` (only the first value is
+linked); they are also written to ``linking_counts.json`` in the output folder.
+
+    linker = EntityLinker(examples=corpus_gen.outputs["examples"],
+                          knowledge_graph=graph_gen.outputs["knowledge_graph"],
+                          text_features=["text"])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Callable, Mapping, Sequence
+
+import apache_beam as beam
+import tensorflow as tf
+from apache_beam.metrics.metric import Metrics, MetricsFilter
+from tfx import types
+from tfx.components.util import examples_utils
+from tfx.dsl.components.base import base_beam_component, base_beam_executor, executor_spec
+from tfx.proto import example_gen_pb2
+from tfx.types import artifact_utils, standard_artifacts
+from tfx.types.component_spec import ChannelParameter, ExecutionParameter
+
+from lmfactory.components.artifacts import KnowledgeGraph
+
+EXAMPLES_KEY = "examples"  # the output
+INPUT_EXAMPLES_KEY = "input_examples"  # TFX keys are unique across inputs and outputs
+KNOWLEDGE_GRAPH_KEY = "knowledge_graph"
+TEXT_FEATURES_KEY = "text_features"
+COUNTS_FILE = "linking_counts.json"
+NAMESPACE = "lmfactory.entity_linking"
+COUNTERS = ("examples", "texts", "linked_mentions", "texts_without_entity",
+            "missing_text_feature", "invalid_utf8_texts", "multi_value_texts")
+DATA_FILE_PREFIX = "data_tfrecord"
+
+
+def mention_features(feature: str) -> tuple[str, str, str]:
+    """The names of the three features added for text feature ``feature``."""
+    return f"{feature}_entity_starts", f"{feature}_entity_ends", f"{feature}_entity_ids"
+
+
+class _LinkExamples(beam.DoFn):
+    """Serialized tf.Example -> the same Example with the mention features added."""
+
+    def __init__(self, graph_uri: str, text_features: Sequence[str]):
+        self._graph_uri, self._text_features = graph_uri, list(text_features)
+        self._counters = {name: Metrics.counter(NAMESPACE, name) for name in COUNTERS}
+
+    def setup(self):
+        from lmfactory.components.knowledge_graph.graph import KnowledgeGraph as Graph
+        from lmfactory.components.knowledge_graph.linking import EntityMatcher
+
+        self._matcher = EntityMatcher(Graph.load(self._graph_uri))
+
+    def process(self, serialized: bytes):
+        counts, output = link_example(serialized, self._matcher, self._text_features)
+        for name, value in counts.items():
+            if value:
+                self._counters[name].inc(value)
+        yield output
+
+
+def link_example(serialized: bytes, matcher, text_features: Sequence[str]):
+    """``(counts, serialized Example with the mention features)`` of one Example."""
+    example = tf.train.Example.FromString(serialized)
+    counts = dict.fromkeys(COUNTERS, 0)
+    counts["examples"] = 1
+    for feature in text_features:
+        values = (example.features.feature[feature].bytes_list.value
+                  if feature in example.features.feature else [])
+        mentions = []
+        if not values:
+            counts["missing_text_feature"] += 1
+        else:
+            counts["texts"] += 1
+            counts["multi_value_texts"] += len(values) > 1
+            try:
+                text = values[0].decode("utf-8")
+            except UnicodeDecodeError:
+                counts["invalid_utf8_texts"] += 1
+                text = values[0].decode("utf-8", errors="replace")
+            mentions = matcher.link(text)
+            counts["linked_mentions"] += len(mentions)
+            counts["texts_without_entity"] += not mentions
+        for name, values in zip(mention_features(feature), zip(*mentions) if mentions
+                                else ((), (), ())):
+            example.features.feature[name].int64_list.value[:] = list(values)
+    return counts, example.SerializeToString()
+
+
+def link_examples(input_uris: Mapping[str, str], graph_uri: str, output_uri: str,
+                  text_features: Sequence[str],
+                  make_pipeline: Callable[[], beam.Pipeline] | None = None) -> dict:
+    """Links every split (split -> folder of GZIP TFRecords) into
+    ``<output_uri>/Split-<split>/``; returns and writes the counters per split."""
+    make_pipeline = make_pipeline or beam.Pipeline
+    with make_pipeline() as pipeline:
+        for split, uri in input_uris.items():
+            _ = (pipeline
+                 | f"Read[{split}]" >> beam.io.ReadFromTFRecord(
+                     os.path.join(uri, "*"), compression_type=beam.io.filesystem
+                     .CompressionTypes.GZIP)
+                 | f"Link[{split}]" >> beam.ParDo(_LinkExamples(graph_uri, text_features))
+                 | f"Write[{split}]" >> beam.io.WriteToTFRecord(
+                     os.path.join(output_uri, f"Split-{split}", DATA_FILE_PREFIX),
+                     file_name_suffix=".gz"))
+    result = pipeline.result
+    counts = {}
+    for split in input_uris:
+        counts[split] = _split_counters(result, split)
+    with tf.io.gfile.GFile(os.path.join(output_uri, COUNTS_FILE), "w") as f:
+        json.dump(counts, f, indent=2, sort_keys=True)
+    logging.info("Entity linking: %s", counts)
+    return counts
+
+
+def _split_counters(result, split: str) -> dict:
+    values = dict.fromkeys(COUNTERS, 0)
+    query = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE)
+                                   .with_step(f"Link[{split}]"))
+    for counter in query["counters"]:
+        values[counter.key.metric.name] += counter.committed or counter.attempted or 0
+    return values
+
+
+class Executor(base_beam_executor.BaseBeamExecutor):
+    def Do(self, input_dict, output_dict, exec_properties):
+        self._log_startup(input_dict, output_dict, exec_properties)
+        examples = artifact_utils.get_single_instance(input_dict[INPUT_EXAMPLES_KEY])
+        graph_uri = artifact_utils.get_single_uri(input_dict[KNOWLEDGE_GRAPH_KEY])
+        output = artifact_utils.get_single_instance(output_dict[EXAMPLES_KEY])
+        splits = artifact_utils.decode_split_names(examples.split_names)
+        input_uris = {split: artifact_utils.get_split_uri([examples], split)
+                      for split in splits}
+        link_examples(input_uris, graph_uri, output.uri,
+                      json.loads(exec_properties[TEXT_FEATURES_KEY]),
+                      make_pipeline=self._make_beam_pipeline)
+        output.split_names = artifact_utils.encode_split_names(splits)
+        examples_utils.set_payload_format(output,
+                                          example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
+
+
+class EntityLinkerSpec(types.ComponentSpec):
+    PARAMETERS = {TEXT_FEATURES_KEY: ExecutionParameter(type=str)}
+    INPUTS = {INPUT_EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples),
+              KNOWLEDGE_GRAPH_KEY: ChannelParameter(type=KnowledgeGraph)}
+    OUTPUTS = {EXAMPLES_KEY: ChannelParameter(type=standard_artifacts.Examples)}
+
+
+class EntityLinker(base_beam_component.BaseBeamComponent):
+    SPEC_CLASS = EntityLinkerSpec
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
+
+    def __init__(self, examples: types.BaseChannel, knowledge_graph: types.BaseChannel,
+                 text_features: Sequence[str] = ("text",)):
+        """Args:
+          examples: channel of raw ``Examples`` (CONTRACTS §1).
+          knowledge_graph: channel of a ``KnowledgeGraph`` (its labels and linking settings).
+          text_features: the bytes features whose text is linked.
+        """
+        spec = EntityLinkerSpec(
+            input_examples=examples, knowledge_graph=knowledge_graph,
+            text_features=json.dumps(list(text_features)),
+            **{EXAMPLES_KEY: types.Channel(type=standard_artifacts.Examples)})
+        super().__init__(spec=spec)

@@ -1,0 +1,59 @@
+"""The knowledge-graph stage of the DAG (issue 15), added when the recipe has a
+``knowledge_graph`` section:
+
+    KnowledgeGraphGen -> KGEmbeddingTrainer (TransE)
+          └──> EntityLinker (corpus, task examples; when the architecture links entities)
+    the Pretrainer / FineTuner become KnowledgeTrainers fed the KGEmbeddings
+
+`knowledge_stage` builds the first two; pipeline.py asks `links_entities` and uses
+`entity_linker` for the examples of an architecture with ``links_entities``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from lmfactory import models
+from lmfactory.components.knowledge_graph.component import KnowledgeGraphGen
+from lmfactory.components.knowledge_graph.embedding_component import KGEmbeddingTrainer
+from lmfactory.components.knowledge_graph.linker_component import EntityLinker
+
+
+def _resolve(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)  # gs://: as given
+
+
+def graph_section(recipe: dict) -> dict:
+    """The recipe's ``knowledge_graph`` section with its local paths made absolute."""
+    section = dict(recipe["knowledge_graph"])
+    section["splits"] = {split: _resolve(path) for split, path in section["splits"].items()}
+    if section.get("labels"):
+        section["labels"] = _resolve(section["labels"])
+    return section
+
+
+def knowledge_stage(recipe: dict):
+    """``(components, knowledge-graph channel, KG-embeddings channel)`` of the recipe's
+    ``knowledge_graph`` section, or ``([], None, None)`` without one."""
+    if not recipe.get("knowledge_graph"):
+        return [], None, None
+    section = graph_section(recipe)
+    graph_gen = KnowledgeGraphGen(knowledge_graph={key: value for key, value in
+                                                   section.items() if key != "embedding"})
+    embeddings = KGEmbeddingTrainer(knowledge_graph=graph_gen.outputs["knowledge_graph"],
+                                    embedding=section["embedding"])
+    return ([graph_gen, embeddings], graph_gen.outputs["knowledge_graph"],
+            embeddings.outputs["kg_embeddings"])
+
+
+def links_entities(recipe: dict) -> bool:
+    """Whether the recipe's examples go through the EntityLinker (its architecture links
+    entities and it has a knowledge graph)."""
+    return bool(recipe.get("knowledge_graph")) and models.get(
+        recipe["architecture"]).links_entities
+
+
+def entity_linker(examples, knowledge_graph, text_features, component_id: str):
+    """An EntityLinker of ``examples``' ``text_features`` named ``component_id``."""
+    return EntityLinker(examples=examples, knowledge_graph=knowledge_graph,
+                        text_features=list(text_features)).with_id(component_id)
