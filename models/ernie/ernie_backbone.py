@@ -125,6 +125,16 @@ class ErnieBackbone(Backbone):
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, arguments=locals(),
                          **kwargs)
 
+    @staticmethod
+    def conformance_inputs(name, real_mask, rng, config):
+        """The conformance harness's synthetic entity inputs (tests/conformance/tiny.py
+        `extra_input_maker`): about a third of the real tokens aligned to random entities."""
+        if name == "entity_mask":
+            return (rng.random(real_mask.shape) < 0.35) * real_mask
+        if name == "entity_ids":
+            return rng.integers(0, config["entity_vocabulary_size"], real_mask.shape)
+        return None
+
     @property
     def entity_table(self):
         """The entity embedding matrix [entity_vocabulary_size, entity_dim] (frozen)."""

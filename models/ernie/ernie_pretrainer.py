@@ -40,7 +40,8 @@ def dea_loss(projected, table, labels, weights):
     logits = ops.matmul(vectors, ops.transpose(
         ops.cast(ops.take(table, candidates, axis=0), "float32")))          # [N, C]
     nll = keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
-    correct = ops.cast(ops.argmax(logits, axis=-1) == ops.cast(targets, "int64"), "float32")
+    correct = ops.cast(ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"),
+                                 ops.cast(targets, "int32")), "float32")
     count = ops.cast(ops.shape(ids)[0], "float32")
     return ops.sum(nll), count, ops.sum(correct)
 

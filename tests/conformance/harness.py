@@ -79,7 +79,8 @@ from .tiny import (  # noqa: F401 (re-exported: the harness's interface)
     NUM_LABELS, NUM_PREDICTIONS, RUN_EAGERLY, SEED, SEQ, TINY_EMBEDDING, TINY_HEADS,
     TINY_HIDDEN, TINY_INTERMEDIATE, TINY_LAYERS, TINY_POSITIONS, TINY_VOCABULARY,
     TINY_WINDOW, TRAIN_STEPS, assert_outputs_close, backbone_inputs,
-    build_tiny, characters_per_token, config_value, head_input_names, input_names,
+    build_tiny, characters_per_token, config_value, extra_input_maker, head_input_names,
+    input_names,
     make_inputs, padding_mask, smallest_preset, tiny_overrides, to_numpy,
 )
 from .training import (  # noqa: F401 (re-exported)
@@ -478,7 +479,8 @@ def check_head(name, kind, backbone=None):
     leading = (NUM_CHOICES,) if kind == "multiple_choice" else ()
     names = head_input_names(model, backbone)
     inputs = make_inputs(names, vocabulary, leading=leading,
-                         characters_per_token=characters_per_token(backbone))
+                         characters_per_token=characters_per_token(backbone),
+                         extra=extra_input_maker(backbone))
     outputs = model(inputs, training=False)
     if kind in ("classification", "classification_distillation"):
         logits = _logits(outputs, what)
