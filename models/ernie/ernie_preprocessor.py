@@ -29,7 +29,7 @@ def align_entities(tokenizer, texts, starts, ends, entity_ids):
     texts = tf.convert_to_tensor(texts, tf.string)
     starts = tf.cast(starts, tf.int64)
     ends = tf.cast(ends, tf.int64)
-    lengths = tf.strings.length(texts, unit="BYTE", output_type=tf.int64)
+    lengths = tf.cast(tf.strings.length(texts, unit="BYTE"), tf.int64)
     # Boundaries per row: 0, s1, e1, s2, e2, ..., len; piece p = [b_p, b_{p+1}).
     inner = tf.reshape(tf.stack([starts.flat_values, ends.flat_values], axis=1), [-1])
     inner = tf.RaggedTensor.from_row_splits(inner, starts.row_splits * 2)
@@ -41,7 +41,9 @@ def align_entities(tokenizer, texts, starts, ends, entity_ids):
     pieces = tf.strings.substr(tf.gather(texts, rows), piece_begins.flat_values,
                                piece_ends.flat_values - piece_begins.flat_values, unit="BYTE")
     tokens = tokenizer(pieces)
-    if not isinstance(tokens, tf.RaggedTensor):
+    if isinstance(tokens, list):  # keras-nlp tokenizers hand eager results back as lists
+        tokens = tf.ragged.constant(tokens, dtype=tf.int32, ragged_rank=1)
+    elif not isinstance(tokens, tf.RaggedTensor):
         tokens = tf.RaggedTensor.from_tensor(tokens)
     tokens = tf.cast(tokens, tf.int32)
     # The tag of each piece: entity + 1 for the mention pieces (odd positions in the row).
