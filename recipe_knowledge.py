@@ -69,7 +69,9 @@ def check_knowledge_graph(check, recipe: dict, architecture) -> None:
     check.choice(f"{field}.method", settings.METHODS)
     check.positive_int(f"{field}.dim")
     check.fraction(f"{field}.margin", 1e-6, 1e6)
-    check.choice(f"{field}.norm", settings.NORMS)
+    norm = section["embedding"]["norm"]
+    if isinstance(norm, bool) or norm not in settings.NORMS:
+        check.fail(f"{field}.norm", f"must be 1 (L1) or 2 (L2), got {norm!r}")
     check.positive_int(f"{field}.epochs")
     check.positive_int(f"{field}.batch_size")
     check.fraction(f"{field}.learning_rate", 1e-8, 100.0)

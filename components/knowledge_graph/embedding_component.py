@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
+import time
 from typing import Mapping
 
 import numpy as np
@@ -26,7 +28,9 @@ from tfx.dsl.components.base import base_component, base_executor, executor_spec
 from tfx.types import artifact_utils
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
-from lmfactory.components.artifacts import KGEmbeddings, KnowledgeGraph
+from lmfactory.components import artifacts
+from lmfactory.components.knowledge_graph import transe
+from lmfactory.components.knowledge_graph.graph import ENTITIES_FILE, KnowledgeGraph
 
 KNOWLEDGE_GRAPH_KEY = "knowledge_graph"
 KG_EMBEDDINGS_KEY = "kg_embeddings"
@@ -35,15 +39,57 @@ ENTITY_EMBEDDINGS, RELATION_EMBEDDINGS = "entity_embeddings.npy", "relation_embe
 METRICS_FILE = "metrics.json"
 
 
+def _save_array(path: str, array: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(buffer.getvalue())
+
+
+def _load_array(path: str) -> np.ndarray:
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return np.load(io.BytesIO(f.read()))
+
+
 def load_embeddings(uri: str) -> tuple[np.ndarray, np.ndarray]:
     """``(entity_embeddings [E, d], relation_embeddings [R, d])`` of a KGEmbeddings folder."""
-    raise NotImplementedError
+    path = os.path.join(uri, ENTITY_EMBEDDINGS)
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"{uri} is not a KGEmbeddings folder (no {ENTITY_EMBEDDINGS})")
+    return (_load_array(path).astype(np.float32),
+            _load_array(os.path.join(uri, RELATION_EMBEDDINGS)).astype(np.float32))
+
+
+def save_embeddings(output_uri: str, entity_embeddings, relation_embeddings, metrics: dict,
+                    graph_uri: str) -> None:
+    """Writes the KGEmbeddings folder (module docstring)."""
+    tf.io.gfile.makedirs(output_uri)
+    _save_array(os.path.join(output_uri, ENTITY_EMBEDDINGS),
+                np.asarray(entity_embeddings, np.float32))
+    _save_array(os.path.join(output_uri, RELATION_EMBEDDINGS),
+                np.asarray(relation_embeddings, np.float32))
+    with tf.io.gfile.GFile(os.path.join(output_uri, METRICS_FILE), "w") as f:
+        json.dump(metrics, f, indent=2, sort_keys=True)
+    tf.io.gfile.copy(os.path.join(graph_uri, ENTITIES_FILE),
+                     os.path.join(output_uri, ENTITIES_FILE), overwrite=True)
 
 
 def train_embeddings(graph_uri: str, embedding: Mapping, output_uri: str) -> dict:
-    """Trains the ``embedding`` settings' method on the graph at ``graph_uri``, writes the
+    """Trains the ``embedding`` settings' method (TransE) on the graph at ``graph_uri``,
+    evaluates it on the graph's test split (filtered ranking, when there is one), writes the
     KGEmbeddings folder to ``output_uri`` and returns its metrics."""
-    raise NotImplementedError
+    graph = KnowledgeGraph.load(graph_uri)
+    started = time.monotonic()
+    model, losses = transe.train_transe(graph, embedding)
+    metrics = {"settings": {**transe.DEFAULT_EMBEDDING, **dict(embedding)},
+               "epoch_losses": losses, "train_seconds": round(time.monotonic() - started, 1)}
+    if len(graph.splits.get("test", ())):
+        metrics.update(transe.evaluate(model, graph, "test"))
+        logging.info("TransE on %s: filtered MRR %.4f, Hits@10 %.4f (%d test triples)",
+                     graph_uri, metrics["mrr"], metrics["hits@10"], metrics["triples"])
+    save_embeddings(output_uri, model.entity_embeddings.numpy(),
+                    model.relation_embeddings.numpy(), metrics, graph_uri)
+    return metrics
 
 
 class Executor(base_executor.BaseExecutor):
@@ -59,8 +105,8 @@ class Executor(base_executor.BaseExecutor):
 
 class KGEmbeddingTrainerSpec(types.ComponentSpec):
     PARAMETERS = {EMBEDDING_KEY: ExecutionParameter(type=str)}
-    INPUTS = {KNOWLEDGE_GRAPH_KEY: ChannelParameter(type=KnowledgeGraph)}
-    OUTPUTS = {KG_EMBEDDINGS_KEY: ChannelParameter(type=KGEmbeddings)}
+    INPUTS = {KNOWLEDGE_GRAPH_KEY: ChannelParameter(type=artifacts.KnowledgeGraph)}
+    OUTPUTS = {KG_EMBEDDINGS_KEY: ChannelParameter(type=artifacts.KGEmbeddings)}
 
 
 class KGEmbeddingTrainer(base_component.BaseComponent):
@@ -76,5 +122,5 @@ class KGEmbeddingTrainer(base_component.BaseComponent):
         spec = KGEmbeddingTrainerSpec(
             knowledge_graph=knowledge_graph, embedding=json.dumps(dict(embedding),
                                                                   sort_keys=True),
-            kg_embeddings=types.Channel(type=KGEmbeddings))
+            kg_embeddings=types.Channel(type=artifacts.KGEmbeddings))
         super().__init__(spec=spec)

@@ -85,7 +85,7 @@ def _conceptnet_triple(fields: list[str], counter: _Counter, number: int):
         counter.counts["skipped_non_english"] += 1  # most of ConceptNet: not logged
         return None
     head, tail = conceptnet_concept(head), conceptnet_concept(tail)
-    if head == CONCEPTNET_ENGLISH.rstrip("/") or tail == CONCEPTNET_ENGLISH.rstrip("/"):
+    if head == CONCEPTNET_ENGLISH or tail == CONCEPTNET_ENGLISH:
         counter.bad("malformed_lines", number, "a concept without a term")
         return None
     return head, relation, tail
