@@ -24,23 +24,22 @@ def _head(source, path, lines):
 
 
 def test_ernie_links_pretrains_fine_tunes_and_pushes(tmp_path, demo_data):
-    train = small_tsv(demo_data / "sst2" / "train.tsv", tmp_path / "train.tsv", 120)
-    dev = small_tsv(demo_data / "sst2" / "dev.tsv", tmp_path / "dev.tsv", 30)
-    corpus = small_corpus(demo_data, tmp_path / "corpus.txt", 60)
-    triples = {split: _head(f"{KG}/{split}.txt", tmp_path / f"{split}.txt", lines)
-               for split, lines in (("train", 3000), ("valid", 50), ("test", 50))}
+    train = small_tsv(demo_data / "sst2" / "train.tsv", tmp_path / "train.tsv", 80)
+    dev = small_tsv(demo_data / "sst2" / "dev.tsv", tmp_path / "dev.tsv", 20)
+    corpus = small_corpus(demo_data, tmp_path / "corpus.txt", 30)
+    triples = _head(f"{KG}/train.txt", tmp_path / "train.txt", 2000)
     overrides = [t for t in TINY_TRAINING if not t.startswith("overrides=")] + [
         f"data.task.splits.train={train}", f"data.task.splits.eval={dev}",
         f"data.corpus.path={corpus}", "tokenizer.vocab_size=600",
         "finetuning.sequence_length=32", "evaluation.threshold=0.0",
-        *(f"knowledge_graph.splits.{split}={path}" for split, path in triples.items()),
+        f"knowledge_graph.splits={{train: {triples}}}",
         "knowledge_graph.embedding={method: transe, dim: 16, epochs: 1, batch_size: 256}",
         "overrides={hidden_dim: 32, num_heads: 2, intermediate_dim: 64, entity_num_heads: 2,"
         " max_sequence_length: 64}"]
     recipe = load_recipe("ernie_fb15k237_sst2", overrides)
     summary = runners.run_local(recipe, str(tmp_path / "runs"))
     assert summary["evaluation"]["blessed"] is True
-    assert summary["evaluation"]["metrics"]["examples"] == 30
+    assert summary["evaluation"]["metrics"]["examples"] == 20
     root = summary["pipeline_root"]
     for component in ("CorpusEntityLinker", "Pretrainer", "FineTuner"):
         assert tf.io.gfile.exists(f"{root}/{component}"), component
@@ -50,7 +49,7 @@ def test_ernie_links_pretrains_fine_tunes_and_pushes(tmp_path, demo_data):
     (config_path,) = tf.io.gfile.glob(f"{root}/PretrainingExampleGen/pretraining_examples/*/"
                                       "pretraining_config.json")
     counts = json.loads(tf.io.gfile.GFile(config_path).read())["counts"]["train"]
-    assert counts["aligned_entities"] > 50
+    assert counts["aligned_entities"] > 30
     assert 0 < counts["masked_entities"] < counts["aligned_entities"]
 
     serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
@@ -62,7 +61,6 @@ def test_ernie_links_pretrains_fine_tunes_and_pushes(tmp_path, demo_data):
     # the preprocessor built from them finds the entity names in the served sentences.
     from lmfactory.models.ernie.ernie_preprocessor import pipeline_preprocessor
 
-    vocabulary = f"{summary['pushed_model']}/../keras/vocabulary"
     (vocabulary,) = tf.io.gfile.glob(f"{root}/FineTuner/model/*/keras/vocabulary")
     packed = pipeline_preprocessor(vocabulary, 32, 1, {})((tf.constant(SENTENCES),))
     mask = packed["entity_mask"].numpy()
