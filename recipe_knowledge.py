@@ -8,7 +8,7 @@ the entity linker's. ``knowledge_graph: null`` (the default) means no KG stages.
       labels: .../entity2wikidata.json             # optional
       embedding: {method: transe, dim: 100, margin: 1.0, norm: 1, epochs: 10,
                   batch_size: 1024, learning_rate: 0.01, seed: 0, optimizer: sgd}
-      linking: {max_ngram: 4, lowercase: true}
+      linking: {max_ngram: 4, lowercase: true, min_label_chars: 3, skip_stopwords: true}
 """
 
 from __future__ import annotations
@@ -81,6 +81,8 @@ def check_knowledge_graph(check, recipe: dict, architecture) -> None:
     check.choice(f"{field}.optimizer", settings.OPTIMIZERS)
     check.positive_int(f"{SECTION}.linking.max_ngram")
     check.boolean(f"{SECTION}.linking.lowercase")
+    check.positive_int(f"{SECTION}.linking.min_label_chars")
+    check.boolean(f"{SECTION}.linking.skip_stopwords")
 
 
 __all__ = ["SECTION", "check_knowledge_graph", "schema"]

@@ -12,6 +12,9 @@
       or TargetExampleGen -> TargetLMExampleGen (causal LM fine-tuning) ──────┘    │
     LatestBlessedModelResolver ──────────────────────────────── LMEvaluator <───────┤
                                                                   └──> Pusher <────┘
+    (recipe knowledge_graph: KnowledgeGraphGen -> KGEmbeddingTrainer, pipelines/knowledge.py;
+     an architecture with links_entities: CorpusEntityLinker / TaskEntityLinker annotate the
+     examples and the Pretrainer / FineTuner are KnowledgeTrainers fed the embeddings)
 """
 
 from __future__ import annotations

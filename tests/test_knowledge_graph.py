@@ -34,7 +34,8 @@ def tsv_graph(tmp_path):
     test = _write(tmp_path / "test.txt", b"a\tr2\tc\nz\tr1\ta\nb\tr9\tc\n")
     labels = tmp_path / "labels.json"
     labels.write_text(json.dumps({"a": {"label": "Alpha", "alternatives": ["the A|list"]},
-                                  "b": {"label": "Beta"}, "c": "Gamma"}))
+                                  "b": {"label": "Beta"}, "c": "Gamma",
+                                  "d": {"label": "OF", "alternatives": [".", "in", "Delta"]}}))
     return {"format": "tsv", "splits": {"train": train, "test": test}, "labels": str(labels),
             "linking": {"max_ngram": 3, "lowercase": True}}
 
@@ -86,20 +87,26 @@ def test_graph_counts_and_round_trip(tsv_graph, tmp_path):
     # ordered by train degree: a (3 triples), b, c (2 each, by id), d (1)
     assert graph.entities == ["a", "b", "c", "d"]
     assert graph.relations == ["r1", "r2"]
-    assert graph.labels == [["alpha", "the a list"], ["beta"], ["gamma"], []]
+    # "OF" (too short), "." (no letter), "in" (stop word) are not linked
+    assert graph.labels == [["alpha", "the a list"], ["beta"], ["gamma"], ["delta"]]
     np.testing.assert_array_equal(graph.splits["train"],
                                   [[0, 0, 1], [1, 0, 2], [2, 1, 0], [3, 1, 0]])
     np.testing.assert_array_equal(graph.splits["test"], [[0, 1, 2]])
     assert graph.splits["train"].dtype == np.int32
     assert counts["malformed_lines"] == 2 and counts["duplicate_triples"] == 1
     assert counts["unknown_entity_triples"] == 2  # z (entity) and r9 (relation)
-    assert counts["entities_without_label"] == 1 and counts["entities"] == 4
-    assert graph.counts == counts and graph.linking == {"max_ngram": 3, "lowercase": True}
+    assert counts["entities_without_label"] == 0 and counts["surface_forms_skipped"] == 3
+    assert counts["entities"] == 4 and graph.counts == counts
+    assert graph.linking == {"max_ngram": 3, "lowercase": True, "min_label_chars": 3,
+                             "skip_stopwords": True}
     assert sorted(os.listdir(tmp_path / "out")) == [
         "counts.json", "entities.tsv", "graph.json", "relations.tsv", "triples-test.npy",
         "triples-train.npy"]
     assert (tmp_path / "out" / "entities.tsv").read_text().splitlines()[0] == \
         "0\ta\talpha|the a list"
+    without_filters = build_graph({**tsv_graph, "linking": {"min_label_chars": 1,
+                                                            "skip_stopwords": False}})
+    assert without_filters.labels[3] == ["of", "in", "delta"]
 
 
 def test_graph_without_good_train_triples_fails_in_one_line(tmp_path):
@@ -128,7 +135,8 @@ def test_recipe_section_defaults_and_checks():
     section = recipe["knowledge_graph"]
     assert section["format"] == "tsv" and section["labels"] is None
     assert section["embedding"]["dim"] == 8 and section["embedding"]["norm"] == 1
-    assert section["linking"] == {"max_ngram": 4, "lowercase": True}
+    assert section["linking"] == {"max_ngram": 4, "lowercase": True, "min_label_chars": 3,
+                                  "skip_stopwords": True}
     assert section["splits"] == {"train": os.path.join(FB15K, "train.txt")}
     assert load_recipe("bert_tiny_sst2")["knowledge_graph"] is None
     for overrides, field in [
@@ -195,3 +203,83 @@ def test_pipeline_wiring(linking_bert, tmp_path):
     assert components["LMEvaluator"].inputs["examples"] is task_linker.outputs["examples"]
     section = json.loads(components["KnowledgeGraphGen"].exec_properties["section"])
     assert "embedding" not in section and os.path.isabs(section["splits"]["train"])
+
+
+# ---------------------------------------------------------------- TFX executors, trainer
+
+
+def _artifact(artifact_type, uri):
+    artifact = artifact_type()
+    artifact.uri = str(uri)
+    return artifact
+
+
+def test_executors_and_stage_context(tsv_graph, tmp_path):
+    """KnowledgeGraphGen's and KGEmbeddingTrainer's executors on artifacts, then the
+    trainer's StageContext as a KnowledgeTrainer stage sees them."""
+    import types as pytypes
+
+    from lmfactory.components import artifacts
+    from lmfactory.components.knowledge_graph import embedding_component, executor
+    from lmfactory.components.trainer.config import TrainerConfig
+    from lmfactory.components.trainer.run_fn import StageContext
+    from lmfactory.models.bert.bert_backbone import BertBackbone
+
+    graph = _artifact(artifacts.KnowledgeGraph, tmp_path / "graph")
+    executor.Executor().Do({}, {"knowledge_graph": [graph]},
+                           {"section": json.dumps(tsv_graph)})
+    assert graph.get_int_custom_property("num_entities") == 4
+    embeddings = _artifact(artifacts.KGEmbeddings, tmp_path / "emb")
+    embedding_component.Executor().Do({"knowledge_graph": [graph]},
+                                      {"kg_embeddings": [embeddings]},
+                                      {"embedding": json.dumps({"dim": 6, "epochs": 1})})
+    assert embeddings.has_custom_property("mrr")
+
+    class EntityBackbone(BertBackbone):  # a backbone that takes an entity table's shape
+        def __init__(self, entity_vocabulary_size=0, entity_dim=0, **kwargs):
+            super().__init__(**kwargs)
+
+    calls = []
+    record = dataclasses.replace(
+        models.get("bert"), name="kg_entity_bert", backbone_cls=EntityBackbone,
+        knowledge_init=lambda model, entities, relations: calls.append(
+            (model, entities.shape, relations.shape)))
+    (tmp_path / "vocab").mkdir()
+    (tmp_path / "vocab" / "vocab.txt").write_text("[PAD]\n")
+    fn_args = pytypes.SimpleNamespace(model_run_dir=str(tmp_path / "run"))
+    with models.registry.registered(record):
+        config = TrainerConfig.from_dict({"architecture": "kg_entity_bert",
+                                          "kg_embeddings": embeddings.uri,
+                                          "knowledge_graph": graph.uri})
+        context = StageContext(fn_args, config, None, "")
+        assert context.backbone_overrides(100) == {
+            "vocabulary_size": 100, "entity_vocabulary_size": 4, "entity_dim": 6}
+        context.knowledge_init("task model")
+        assert calls == [("task model", (4, 6), (2, 6))]
+        assert context.knowledge_graph.entities == ["a", "b", "c", "d"]
+        vocab = context.knowledge_vocabulary(str(tmp_path / "vocab"))
+        assert sorted(os.listdir(vocab)) == ["entities.tsv", "linking.json", "vocab.txt"]
+    plain = StageContext(fn_args, TrainerConfig.from_dict({"architecture": "bert"}), None, "")
+    assert plain.kg_embeddings is None and plain.knowledge_graph is None
+    assert plain.knowledge_vocabulary("v") == "v"
+    plain.knowledge_init("task model")  # nothing to do without embeddings
+    assert len(calls) == 1
+
+
+def test_knowledge_trainer_hands_the_folders_to_run_fn(monkeypatch):
+    from tfx.components.trainer import executor as trainer_executor
+
+    from lmfactory.components import artifacts
+    from lmfactory.components.knowledge_graph.trainer_component import Executor
+
+    seen = {}
+    monkeypatch.setattr(trainer_executor.GenericExecutor, "Do",
+                        lambda self, inputs, outputs, properties: seen.update(properties))
+    inputs = {"kg_embeddings": [_artifact(artifacts.KGEmbeddings, "/e")],
+              "knowledge_graph": [_artifact(artifacts.KnowledgeGraph, "/g")]}
+    Executor().Do(inputs, {}, {"custom_config": json.dumps({"architecture": "bert"})})
+    assert json.loads(seen["custom_config"]) == {"architecture": "bert",
+                                                 "kg_embeddings": "/e",
+                                                 "knowledge_graph": "/g"}
+    Executor().Do({"kg_embeddings": inputs["kg_embeddings"]}, {}, {"custom_config": "{}"})
+    assert json.loads(seen["custom_config"]) == {"kg_embeddings": "/e"}

@@ -6,6 +6,7 @@ components/knowledge_graph/transe.py) on a KnowledgeGraph artifact and writes th
 * ``relation_embeddings.npy``: float32 [R, d];
 * ``metrics.json``: filtered ``mrr``, ``hits@1``, ``hits@3``, ``hits@10`` and ``raw_mrr`` on
   the graph's test split (when it has one), the settings and the per-epoch loss;
+* ``embedding.json``: the settings it was trained with (method, dim, norm, margin, ...);
 * ``entities.tsv``: a copy of the graph's.
 
     embeddings = KGEmbeddingTrainer(knowledge_graph=graph_gen.outputs["knowledge_graph"],
@@ -37,6 +38,7 @@ KG_EMBEDDINGS_KEY = "kg_embeddings"
 EMBEDDING_KEY = "embedding"
 ENTITY_EMBEDDINGS, RELATION_EMBEDDINGS = "entity_embeddings.npy", "relation_embeddings.npy"
 METRICS_FILE = "metrics.json"
+SETTINGS_FILE = "embedding.json"  # the embedding settings it was trained with (method, norm..)
 
 
 def _save_array(path: str, array: np.ndarray) -> None:
@@ -70,6 +72,8 @@ def save_embeddings(output_uri: str, entity_embeddings, relation_embeddings, met
                 np.asarray(relation_embeddings, np.float32))
     with tf.io.gfile.GFile(os.path.join(output_uri, METRICS_FILE), "w") as f:
         json.dump(metrics, f, indent=2, sort_keys=True)
+    with tf.io.gfile.GFile(os.path.join(output_uri, SETTINGS_FILE), "w") as f:
+        json.dump(metrics.get("settings", {}), f, indent=2, sort_keys=True)
     tf.io.gfile.copy(os.path.join(graph_uri, ENTITIES_FILE),
                      os.path.join(output_uri, ENTITIES_FILE), overwrite=True)
 

@@ -5,7 +5,9 @@ artifact folder (CONTRACTS "Knowledge graphs"):
 * ``entities.tsv``: ``index<TAB>id<TAB>surface forms joined by "|"`` per line;
 * ``relations.tsv``: ``index<TAB>id``;
 * ``triples-<split>.npy``: int32 [N, 3] (head, relation, tail indices);
-* ``counts.json``: per file and split what was read and what was dropped, and totals;
+* ``counts.json``: per file and split what was read and what was dropped, and totals
+  (also ``entities_without_label`` and ``surface_forms_skipped``: forms too short, without a
+  letter or a stop word, settings.LINKING_DEFAULTS, are not used for linking);
 * ``graph.json``: the format, the split names and the linking settings.
 
 Entities and relations are those of the train split. Entities are ordered by their number of
@@ -30,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from lmfactory.components.knowledge_graph.settings import LINKING_DEFAULTS as DEFAULT_LINKING
+from lmfactory.components.knowledge_graph.settings import STOPWORDS
 from lmfactory.components.knowledge_graph.triples import conceptnet_label, read_triples
 
 ENTITIES_FILE, RELATIONS_FILE = "entities.tsv", "relations.tsv"
@@ -189,10 +192,22 @@ def read_labels(path: str) -> dict[str, list[str]]:
     return labels
 
 
-def _surface_forms(entities, fmt: str, labels_path: str | None, lowercase: bool, counts):
-    """Per entity its cleaned, de-duplicated surface forms."""
+def _linkable(form: str, linking: Mapping) -> bool:
+    """Whether a surface form is used for linking (settings.LINKING_DEFAULTS): a letter in
+    it, at least ``min_label_chars`` characters besides spaces, not a stop word."""
+    if not any(char.isalpha() for char in form):
+        return False
+    if len(form.replace(" ", "")) < linking.get("min_label_chars", 1):
+        return False
+    return not (linking.get("skip_stopwords") and form.lower() in STOPWORDS)
+
+
+def _surface_forms(entities, fmt: str, labels_path: str | None, linking: Mapping, counts):
+    """Per entity its cleaned, de-duplicated surface forms that can be linked (the skipped
+    ones are counted as ``surface_forms_skipped``)."""
+    lowercase = linking["lowercase"]
     given = read_labels(labels_path) if labels_path else None
-    without = 0
+    without = skipped = 0
     result = []
     for entity in entities:
         if given is not None:
@@ -206,8 +221,11 @@ def _surface_forms(entities, fmt: str, labels_path: str | None, lowercase: bool,
         cleaned = [_clean_form(form) for form in forms]
         if lowercase:
             cleaned = [form.lower() for form in cleaned]
-        result.append(list(dict.fromkeys(form for form in cleaned if form)))
+        kept = [form for form in dict.fromkeys(cleaned) if form and _linkable(form, linking)]
+        skipped += len(set(form for form in cleaned if form)) - len(kept)
+        result.append(kept)
     counts["entities_without_label"] = without
+    counts["surface_forms_skipped"] = skipped
     if without:
         logging.warning("%d of %d entities have no surface form in %s (they are never "
                         "linked in text)", without, len(entities), labels_path)
@@ -253,7 +271,7 @@ def build_graph(section: Mapping) -> KnowledgeGraph:
             logging.warning("%s split: %d triple(s) name an entity or relation the train "
                             "split lacks; dropped", split, unknown)
         splits[split] = np.asarray(kept, np.int32).reshape(-1, 3)
-    labels = _surface_forms(entities, fmt, section.get("labels"), linking["lowercase"], counts)
+    labels = _surface_forms(entities, fmt, section.get("labels"), linking, counts)
     for key in TOTALS:
         counts[key] = sum(c.get(key, 0) for c in counts["files"].values()) + \
             sum(c.get(key, 0) for c in counts["splits"].values())

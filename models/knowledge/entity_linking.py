@@ -120,6 +120,11 @@ def label_table(labels: Sequence[Iterable[str]], max_ngram: int,
     return table
 
 
+def _pad_column(values, fill):
+    """[B, T] -> [B, T + 1] with ``fill`` in the new last column."""
+    return tf.pad(values, [[0, 0], [0, 1]], constant_values=fill)
+
+
 def _shift_left(values, k: int, fill):
     """``values[:, k:]`` padded back to its width with ``fill``."""
     return tf.pad(values, [[0, 0], [0, k]], constant_values=fill)[:, k:]
@@ -141,7 +146,8 @@ class EntityLinkingLayer(keras.layers.Layer):
 
     def __init__(self, labels: Sequence[Sequence[str]], max_ngram: int = 4,
                  lowercase: bool = True, offset_unit: str = "UTF8_CHAR", **kwargs):
-        super().__init__(trainable=False, **kwargs)
+        kwargs["trainable"] = False  # nothing to train: a lookup table
+        super().__init__(**kwargs)
         if max_ngram < 1:
             raise ValueError(f"max_ngram must be >= 1, got {max_ngram}")
         if offset_unit not in OFFSET_UNITS:
@@ -167,11 +173,10 @@ class EntityLinkingLayer(keras.layers.Layer):
             words = tf.ragged.map_flat_values(tf.strings.lower, words, encoding="utf-8")
         lengths = words.row_lengths()
         # One padding column more, so a batch of texts without words still scans one step.
-        width = tf.reduce_max(tf.concat([lengths, [0]], 0)) + 1
-        words = words.to_tensor("", shape=[None, width])
-        begins = begins.to_tensor(0, shape=[None, width])
-        ends = ends.to_tensor(0, shape=[None, width])
-        positions = tf.range(width, dtype=tf.int64)[tf.newaxis, :]
+        words = _pad_column(words.to_tensor(""), "")
+        begins = _pad_column(begins.to_tensor(0), 0)
+        ends = _pad_column(ends.to_tensor(0), 0)
+        positions = tf.range(tf.shape(words, out_type=tf.int64)[1])[tf.newaxis, :]
         # best[b, i] / entity[b, i]: the longest label starting at word i and its entity.
         best = tf.zeros_like(begins)
         entity = tf.fill(tf.shape(begins), tf.constant(-1, tf.int64))
@@ -208,8 +213,7 @@ class EntityLinkingLayer(keras.layers.Layer):
         before each offset."""
         _, char_starts = tf.strings.unicode_decode_with_offsets(
             texts, "UTF-8", errors="replace")
-        width = tf.reduce_max(tf.concat([char_starts.row_lengths(), [0]], 0)) + 1
-        char_starts = char_starts.to_tensor(tf.int64.max, shape=[None, width])
+        char_starts = _pad_column(char_starts.to_tensor(tf.int64.max), tf.int64.max)
         return tuple(tf.searchsorted(char_starts, offsets, side="left", out_type=tf.int64)
                      for offsets in byte_offsets)
 
