@@ -138,6 +138,9 @@ def test_dea_loss_over_the_batch_entities():
                           - np.log(np.exp(logits).sum())))
     assert float(count) == 5
     assert float(nll) == pytest.approx(float(np.sum(expected)), rel=1e-5)
+    # A batch without any aligned entity contributes nothing (and does not fail).
+    nll, count, correct = dea_loss(projected, table, labels, np.zeros_like(weights))
+    assert (float(nll), float(count), float(correct)) == (0.0, 0.0, 0.0)
 
 
 def _vocabulary():

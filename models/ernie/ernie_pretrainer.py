@@ -39,6 +39,9 @@ def dea_loss(projected, table, labels, weights):
     candidates, targets = tf.unique(ids)                                    # [C], [N]
     logits = ops.matmul(vectors, ops.transpose(
         ops.cast(ops.take(table, candidates, axis=0), "float32")))          # [N, C]
+    # One column more that no softmax can pick, so a batch without any aligned entity
+    # (N = C = 0) still has a class axis; it adds exp(-1e9) = 0 to every normaliser.
+    logits = ops.concatenate([logits, ops.full((ops.shape(logits)[0], 1), -1e9)], axis=-1)
     nll = keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
     correct = ops.cast(ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"),
                                  ops.cast(targets, "int32")), "float32")
