@@ -18,6 +18,7 @@ import yaml
 
 from lmfactory.components import tasks as task_kinds
 from lmfactory.components.example_gen import formats as ingest_formats
+from lmfactory.components.trainer.checkpoints import KEEP_CHOICES
 from lmfactory.components.trainer.optimization import DECAYS, OPTIMIZERS
 from lmfactory.components.trainer.strategy import STRATEGIES
 from lmfactory.recipe_knowledge import check_knowledge_graph
@@ -58,7 +59,10 @@ DEFAULTS = {
     "finetuning": {"steps": 1000, "batch_size": 32, "learning_rate": 5e-5,
                    "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_steps": 10,
                    **OPTIMIZER_DEFAULTS, "task_args": {},
-                   "sequence_length": 128, "text_features": ["sentence"], "num_classes": 2},
+                   "sequence_length": 128, "text_features": ["sentence"], "num_classes": 2,
+                   # keep: "last" or "best" (the checkpoint with the best validation
+                   # `monitor`, a metric the task model logs: loss, accuracy, ...)
+                   "keep": "last", "monitor": "loss"},
     "lm_finetuning": None,  # optional target-task LM fine-tuning stage (recipe_lm_finetuning)
     "knowledge_graph": None,  # optional knowledge-graph stages (recipe_knowledge.py)
     "evaluation": {"threshold": None, "batch_size": 64, "max_batches": None},
@@ -66,6 +70,9 @@ DEFAULTS = {
                                "temperature": 1.0}},
     "runtime": {"strategy": "auto", "tpu": None, "jit_compile": False,
                 "steps_per_checkpoint": 200, "seed": 0,
+                # eval_steps eval batches at each checkpoint (the validation curve), and a
+                # progress line (step, loss, rate, ETA) at least every progress_seconds
+                "validate_checkpoints": True, "progress_seconds": 30,
                 "beam": {"direct_running_mode": "multi_processing", "direct_num_workers": 2,
                          "extra_args": []}},
 }
@@ -534,6 +541,15 @@ def validate(recipe: dict) -> dict:
     check.choice("runtime.strategy", STRATEGIES)
     check.boolean("runtime.jit_compile")
     check.positive_int("runtime.steps_per_checkpoint")
+    check.fraction("runtime.progress_seconds", 0.001, 1e9)
+    if check.choice("finetuning.keep", KEEP_CHOICES) == "best":
+        if not check.boolean("runtime.validate_checkpoints"):
+            raise RecipeError("finetuning.keep", "best needs runtime.validate_checkpoints: "
+                                                 "true (the validation at each checkpoint)")
+    check.boolean("runtime.validate_checkpoints")
+    if not isinstance(check.get("finetuning.monitor"), str):
+        raise RecipeError("finetuning.monitor", "must be the name of a validation metric, "
+                                                "e.g. loss or accuracy")
     check.choice("runtime.beam.direct_running_mode", RUNNING_MODES)
     check.positive_int("runtime.beam.direct_num_workers")
     if not isinstance(check.get("runtime.beam.extra_args"), list):

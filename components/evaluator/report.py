@@ -87,28 +87,47 @@ def _write_bytes(data: bytes, path: str) -> None:
 
 
 def _curve_names(curve: dict) -> list[str]:
-    """The curve's metric names, the loss first."""
+    """The curve's metric names (training, then validation-only ones), the loss first."""
     names = list(curve["metrics"])
+    names += [name for name in (curve.get("validation") or {}).get("metrics", {})
+              if name not in names]
     return sorted(names, key=lambda name: name != "loss")
 
 
 def _training_curve_png(curve: dict) -> bytes:
+    """One subplot per metric: the training mean per interval and, where the Trainer
+    validated at its checkpoints, the eval-split value at each checkpoint beside it (the gap
+    between the two lines shows overfitting), the kept (best) checkpoint marked."""
     from matplotlib.figure import Figure
 
     names = _curve_names(curve)
     if not curve.get("steps") or not names:
         raise ValueError("The training curve has no recorded points to plot")
     steps = curve["steps"]
+    validation = curve.get("validation") or {"steps": [], "metrics": {}}
+    best = curve.get("best")
     figure = Figure(figsize=(7, 2.8 * len(names)), layout="constrained")
     axes = figure.subplots(len(names), 1, squeeze=False)[:, 0]
     for ax, name in zip(axes, names):
-        values = [np.nan if v is None else v for v in curve["metrics"][name]]
-        ax.plot(steps, values, marker="o" if len(steps) <= 30 else None, markersize=3)
-        ax.set_title(f"training {name}")
+        if name in curve["metrics"]:
+            values = [np.nan if v is None else v for v in curve["metrics"][name]]
+            ax.plot(steps, values, marker="o" if len(steps) <= 30 else None, markersize=3,
+                    label="training")
+        if name in validation["metrics"]:
+            values = [np.nan if v is None else v for v in validation["metrics"][name]]
+            ax.plot(validation["steps"], values, marker="s", markersize=4,
+                    label="validation (eval split, at each checkpoint)")
+        if best is not None:
+            ax.axvline(best["step"], color="gray", linestyle="--", linewidth=1,
+                       label=f"kept checkpoint (best {best['monitor']})")
+        ax.set_title(f"{name}")
         ax.set_xlabel("training step")
         ax.set_ylabel(name)
         ax.grid(True, alpha=0.3)
-    figure.suptitle("Training curve (mean per interval)")
+        if validation["steps"] or best is not None:
+            ax.legend(fontsize="small")
+    figure.suptitle("Training curve (mean per interval)"
+                    + (" and validation at each checkpoint" if validation["steps"] else ""))
     return _png(figure)
 
 
@@ -303,7 +322,35 @@ def _blocks(outcome: dict, curve, confusion, class_names, attention=None) -> lis
                                  f"last (step {steps[-1]})"],
                        [[name, format_value(curve["metrics"][name][0]),
                          format_value(curve["metrics"][name][-1])]
-                        for name in _curve_names(curve)]))
+                        for name in _curve_names(curve) if name in curve["metrics"]]))
+        blocks += _validation_blocks(curve)
+    return blocks
+
+
+def _validation_blocks(curve: dict) -> list[tuple]:
+    """The eval-split metrics at each checkpoint (first, best, last) and the kept one."""
+    validation = curve.get("validation")
+    if not validation or not validation.get("steps"):
+        return []
+    steps, best = validation["steps"], curve.get("best")
+    blocks = [("h", 3, "Validation at each checkpoint"),
+              ("p", f"The eval split evaluated at {len(steps)} checkpoints (steps "
+                    f"{steps[0]} to {steps[-1]}), plotted beside the training curve above.")]
+    header = ["metric", f"first (step {steps[0]})", f"last (step {steps[-1]})"]
+    index = steps.index(best["step"]) if best and best["step"] in steps else None
+    if index is not None:
+        header.insert(2, f"kept (step {best['step']})")
+    rows = []
+    for name, values in validation["metrics"].items():
+        row = [name, format_value(values[0]), format_value(values[-1])]
+        if index is not None:
+            row.insert(2, format_value(values[index]))
+        rows.append(row)
+    blocks.append(("table", header, rows))
+    if best is not None:
+        blocks.append(("p", f"Kept checkpoint: step {best['step']}, the best {best['monitor']} "
+                            f"({format_value(best['value'])}); the exported model has its "
+                            f"weights."))
     return blocks
 
 

@@ -92,6 +92,8 @@ def ingest(input_config: Any, output_dir: str, beam_pipeline_args: Optional[List
     report = make_report(config, split_counts, counts_source, input_fingerprint)
     write_report(report, output_dir)
     logging.info("%s", summary_line(report))
+    if (report.get("split_check") or {}).get("warning"):
+        logging.warning("TextExampleGen: %s", report["split_check"]["warning"])
     check_splits_have_good_records(report)
     return report
 

@@ -28,7 +28,35 @@ def make_report(config: IngestConfig, split_counts: Mapping[str, Mapping[str, in
         "metrics_namespace": METRICS_NAMESPACE,
         "max_record_chars": config.options.max_record_chars,
         "input_fingerprint": input_fingerprint,
+        **({"split_check": split_check(config.eval_fraction, split_counts)}
+           if config.path and config.eval_fraction > 0 else {}),
     }
+
+
+# A hashed split whose eval share is off the requested fraction by more than this share of
+# it (e.g. under 15% or over 25% for 20%) gets a warning.
+SPLIT_TOLERANCE = 0.25
+
+
+def split_check(requested: float, split_counts: Mapping[str, Mapping[str, int]]
+                ) -> Dict[str, Any]:
+    """How far the eval split's share of the good examples landed from ``eval_fraction``.
+
+    The split hashes whole input records (a line, a document, a SQuAD article with all its
+    questions), so a file of few or unequal records can land far from the request; the
+    returned ``warning`` (None when the share is within `SPLIT_TOLERANCE` of the request) says
+    so and is logged by the ingestion."""
+    good = {split: counts.get(formats.GOOD, 0) for split, counts in split_counts.items()}
+    examples = sum(good.values())
+    share = good.get("eval", 0) / examples if examples else 0.0
+    warning = None
+    if abs(share - requested) > SPLIT_TOLERANCE * requested:
+        warning = (f"eval_fraction {requested:g} gave an eval split of {share:.1%} of the "
+                   f"{examples} good examples ({good.get('eval', 0)}): the split hashes whole "
+                   f"input records, so few or unequal records land far from the request; use "
+                   f"more records or name the split files with 'splits'")
+    return {"requested_eval_fraction": requested, "eval_fraction": round(share, 6),
+            "eval_examples": good.get("eval", 0), "examples": examples, "warning": warning}
 
 
 def summary_line(report: Mapping[str, Any]) -> str:

@@ -134,7 +134,7 @@ def make_dataset(file_pattern, pretraining_config: dict, batch_size: int, shuffl
     if drop_remainder is None:
         drop_remainder = bool(shuffle or repeat)
     # A seeded shuffle is reproduced exactly (a resumed training skips the batches it had
-    # trained on, run_fn._resume_input); an unseeded one may take records as they come.
+    # trained on, fit_loop.resume_input); an unseeded one may take records as they come.
     deterministic = seed is not None or not shuffle
     files = tf.data.Dataset.list_files(file_pattern, shuffle=shuffle, seed=seed)
     records = files.interleave(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from lmfactory.components.trainer.checkpoints import KEEP_CHOICES
 from lmfactory.components.trainer.optimization import DECAYS, OPTIMIZERS
 from lmfactory.components.trainer.strategy import STRATEGIES
 
@@ -32,6 +33,12 @@ class TrainerConfig:
     jit_compile: bool = False
     steps_per_checkpoint: int = 200
     checkpoint_dir: str | None = None
+    # At each checkpoint: evaluate eval_steps eval batches (the validation curve), and keep
+    # the last weights or those of the checkpoint with the best `monitor` (fit_loop.py).
+    validate_checkpoints: bool = True
+    keep: str = "last"
+    monitor: str = "val_loss"
+    progress_seconds: float | None = 30.0  # a progress line at least this often
     seed: int = 0
     generation: dict = dataclasses.field(default_factory=dict)
     # Extra constructor arguments of the objective's task model (e.g. ELECTRA's
@@ -83,6 +90,13 @@ class TrainerConfig:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if self.steps_per_checkpoint < 1:
             raise ValueError("steps_per_checkpoint must be >= 1")
+        if self.keep not in KEEP_CHOICES:
+            raise ValueError(f"keep must be one of {KEEP_CHOICES}, got {self.keep!r}")
+        if self.keep == "best" and not self.validate_checkpoints:
+            raise ValueError("keep: best needs validate_checkpoints (the validation at each "
+                             "checkpoint)")
+        if self.progress_seconds is not None and not self.progress_seconds > 0:
+            raise ValueError(f"progress_seconds must be positive, got {self.progress_seconds}")
         if self.task is not None:
             from lmfactory.components import tasks as task_kinds
 

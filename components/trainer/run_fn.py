@@ -18,11 +18,13 @@ custom_config=..., base_model=...)``.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import json
 import logging
-import math
 import os
+import tempfile
 
 import keras
 import tensorflow as tf
@@ -32,10 +34,10 @@ from lmfactory.components import tasks as task_kinds
 from lmfactory.components.trainer.export import write_model_artifact
 from lmfactory.components.trainer.model_artifact import (
     keras_dir_of, load_model_backbone, load_task_model, vocabulary_dir_of)
-from lmfactory.components.trainer import random_state, training_curve
+from lmfactory.components.trainer import fit_loop, training_curve
 from lmfactory.components.trainer.config import TrainerConfig
 from lmfactory.components.trainer.optimization import make_optimizer
-from lmfactory.components.trainer.strategy import make_strategy
+from lmfactory.components.trainer.strategy import is_chief, make_strategy
 from lmfactory.models.tokenizers import load_tokenizer
 
 TRAINING_CURVE = "training_curve.json"  # in the Model artifact's keras/ folder
@@ -57,10 +59,28 @@ def run_fn(fn_args) -> None:
     if task_kind is None and tf.io.gfile.exists(os.path.join(examples_uri, PRETRAINING_CONFIG)):
         task_kind = LANGUAGE_MODEL
     kind = task_kinds.get(task_kind or "classification")
-    context = StageContext(fn_args, config, strategy, examples_uri)
-    trained = kind.train(context)
-    trained["vocab_dir"] = context.knowledge_vocabulary(trained["vocab_dir"])
-    _write_outputs(fn_args, config, **trained)
+    scratch = None
+    if not is_chief(strategy):  # a non-chief worker: same steps, outputs in a scratch folder
+        config = dataclasses.replace(config, checkpoint_dir=_checkpoint_dir(fn_args, config))
+        fn_args, scratch = _scratch_outputs(fn_args)
+    try:
+        context = StageContext(fn_args, config, strategy, examples_uri)
+        trained = kind.train(context)
+        trained["vocab_dir"] = context.knowledge_vocabulary(trained["vocab_dir"])
+        _write_outputs(fn_args, config, **trained)
+    finally:
+        if scratch:
+            tf.io.gfile.rmtree(scratch)
+
+
+def _scratch_outputs(fn_args):
+    """``fn_args`` with the model and run folders in a temporary folder (a non-chief worker
+    of a multi-worker run: only the chief writes the artifact), and that folder."""
+    scratch = tempfile.mkdtemp(prefix="lmfactory-worker-outputs-")
+    fn_args = copy.copy(fn_args)
+    fn_args.serving_model_dir = os.path.join(scratch, "model", "Format-Serving")
+    fn_args.model_run_dir = os.path.join(scratch, "model_run")
+    return fn_args, scratch
 
 
 class StageContext:
@@ -200,9 +220,6 @@ def _optimizer(config, total_steps: int):
         optimizer=config.optimizer)
 
 
-BACKUP_METADATA = "training_metadata.json"  # written by keras.callbacks.BackupAndRestore
-
-
 def _checkpoint_dir(fn_args, config) -> str:
     """A folder that survives a killed run, so the re-run resumes from the last checkpoint.
 
@@ -218,60 +235,19 @@ def _checkpoint_dir(fn_args, config) -> str:
     return os.path.join(component_dir, "backup", hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
-def checkpointed_epochs(backup_dir: str) -> int:
-    """How many checkpoint intervals ("epochs") the backup in ``backup_dir`` has finished
-    (Keras ``BackupAndRestore``'s ``training_metadata.json``); 0 without a backup."""
-    path = os.path.join(backup_dir, BACKUP_METADATA)
-    if not tf.io.gfile.exists(path):
-        return 0
-    try:
-        with tf.io.gfile.GFile(path) as f:
-            return int(json.load(f).get("epoch", 0))
-    except (ValueError, TypeError, AttributeError):  # a half-written file: Keras starts over
-        return 0
-
-
-def _resume_input(train_data, backup_dir: str, steps_per_epoch: int, total_steps: int):
-    """The training input of a resumed run continues where the killed one stopped: the
-    batches the checkpointed steps consumed are skipped (the input is a repeated, seeded
-    dataset, so the continuation equals an uninterrupted run's)."""
-    done = checkpointed_epochs(backup_dir) * steps_per_epoch
-    if not done:
-        return train_data
-    logging.info("Resuming from the checkpoint in %s at step %d of %d; skipping the %d "
-                 "batches already trained on", backup_dir, done, total_steps, done)
-    return train_data.skip(done) if isinstance(train_data, tf.data.Dataset) else train_data
-
-
 def _fit(task_model, train_data, eval_data, fn_args, config) -> dict:
-    # One Keras "epoch" per checkpoint interval; the step count is kept as close to the
-    # requested one as whole intervals allow.
-    epochs = math.ceil(fn_args.train_steps / config.steps_per_checkpoint)
-    steps_per_epoch = math.ceil(fn_args.train_steps / epochs)
-    backup_dir = _checkpoint_dir(fn_args, config)
-    train_data = _resume_input(train_data, backup_dir, steps_per_epoch,
-                               epochs * steps_per_epoch)
-    # The curve is saved beside the checkpoint (before it at each epoch end), so a resumed
-    # run continues it; it ends up in the Model artifact for the Evaluator's report.
-    curve = training_curve.TrainingCurve(
-        training_curve.default_interval(epochs * steps_per_epoch),
-        state_path=os.path.join(backup_dir, TRAINING_CURVE))
-    callbacks = [
-        curve,
-        random_state.RandomStateBackup(backup_dir),  # before the checkpoint it belongs to
-        keras.callbacks.BackupAndRestore(backup_dir),
-        keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
-    ]
-    logging.info("Training %d steps (%d checkpoints of %d steps), global batch %d",
-                 epochs * steps_per_epoch, epochs, steps_per_epoch, config.batch_size)
-    task_model.fit(train_data, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                   callbacks=callbacks, verbose=2)
-    training_curve.save_curve(curve.curve, os.path.join(
+    """The checkpointed fit (fit_loop.py): exactly ``train_steps`` steps, validation at each
+    checkpoint, progress lines, the best checkpoint kept when the recipe asks."""
+    settings = fit_loop.FitSettings(
+        total_steps=fn_args.train_steps, steps_per_checkpoint=config.steps_per_checkpoint,
+        eval_steps=max(1, fn_args.eval_steps or 1), batch_size=config.batch_size,
+        validate_checkpoints=config.validate_checkpoints, keep=config.keep,
+        monitor=config.monitor, progress_seconds=config.progress_seconds)
+    metrics, curve = fit_loop.fit_checkpointed(
+        task_model, train_data, eval_data, settings, _checkpoint_dir(fn_args, config),
+        log_dir=fn_args.model_run_dir)
+    training_curve.save_curve(curve, os.path.join(
         keras_dir_of(fn_args.serving_model_dir), TRAINING_CURVE))
-    eval_steps = max(1, fn_args.eval_steps or 1)
-    metrics = task_model.evaluate(eval_data, steps=eval_steps, return_dict=True, verbose=0)
-    metrics = {name: float(value) for name, value in metrics.items()}
-    logging.info("Evaluation after training: %s", metrics)
     return metrics
 
 

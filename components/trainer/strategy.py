@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 
 import tensorflow as tf
 
@@ -39,6 +40,9 @@ def make_strategy(kind: str = "auto", tpu: str | None = None) -> tf.distribute.S
         tf.tpu.experimental.initialize_tpu_system(resolver)
         strategy = tf.distribute.TPUStrategy(resolver)
     elif kind == "multi_worker" or (kind == "auto" and _tf_config_has_workers()):
+        from lmfactory.components.trainer import keras_multi_worker
+
+        keras_multi_worker.apply()  # Keras 3's fit under this strategy needs two fixes
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     elif kind == "mirrored" or (kind == "auto" and len(tf.config.list_logical_devices("GPU")) > 1):
         strategy = tf.distribute.MirroredStrategy()
@@ -47,6 +51,36 @@ def make_strategy(kind: str = "auto", tpu: str | None = None) -> tf.distribute.S
     logging.info("Distribution strategy: %s with %d replica(s)",
                  type(strategy).__name__, strategy.num_replicas_in_sync)
     return strategy
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes the run's checkpoints and outputs: always on one machine;
+    under MultiWorkerMirroredStrategy the chief (TF_CONFIG's ``chief``, else ``worker`` 0)."""
+    return bool(getattr(strategy.extended, "should_checkpoint", True))
+
+
+def worker_role() -> str:
+    """``"worker-1"`` (TF_CONFIG's task type and index) for log lines and folder names."""
+    try:
+        task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    except json.JSONDecodeError:
+        task = {}
+    return f"{task.get('type', 'worker')}-{task.get('index', 0)}"
+
+
+def private_copy(shared_dir: str) -> str:
+    """A non-chief worker's own temporary folder holding a copy of the files of
+    ``shared_dir`` (the chief's training backup), so that it resumes from the same checkpoint
+    while everything it writes (every worker runs the same saving code, as the collective
+    ops of MultiWorkerMirroredStrategy require) stays out of the chief's folder. The caller
+    removes it at the end."""
+    local = tempfile.mkdtemp(prefix=f"lmfactory-{worker_role()}-")
+    if tf.io.gfile.isdir(shared_dir):
+        for name in tf.io.gfile.listdir(shared_dir):
+            source = os.path.join(shared_dir, name)
+            if not tf.io.gfile.isdir(source):
+                tf.io.gfile.copy(source, os.path.join(local, name.rstrip("/")), overwrite=True)
+    return local
 
 
 def split_cpu_into_logical_devices(count: int) -> None:

@@ -6,7 +6,14 @@ point. The curve it holds, and writes as JSON, is::
 
     {"steps": [4, 8, 12],                      # global optimizer steps, strictly increasing
      "metrics": {"loss": [0.9, 0.7, 0.6], ...}, # one value (or null) per step
+     "validation": {"steps": [6, 12],          # optional: the eval split at each checkpoint
+                    "metrics": {"loss": [0.8, 0.75], "accuracy": [0.6, 0.7]}},
+     "best": {"step": 12, "monitor": "val_accuracy", "value": 0.7},  # optional: kept one
      "pending": {"step": 14, "count": 2, "sums": {"loss": 1.1}}}  # only in the state file
+
+Validation points come from the ``val_<metric>`` entries a checkpoint's epoch-end logs carry
+(``fit_loop.CheckpointValidation`` puts them there before this callback runs), recorded at the
+global step of the checkpoint.
 
 ``pending`` is the part of the interval after the last point that has been seen but not yet
 recorded (its metric sums over ``count`` steps, up to global step ``step``), so a run resumed
@@ -49,6 +56,25 @@ def _is_number(value) -> bool:
     return (isinstance(value, (int, float)) and not isinstance(value, bool)) or value is None
 
 
+def _validate_points(points, fail, where: str = "") -> None:
+    """Checks ``{"steps": [...], "metrics": {name: [...]}}``."""
+    if not isinstance(points, dict):
+        fail(f"{where}expected an object with 'steps' and 'metrics'")
+    steps, metrics = points.get("steps"), points.get("metrics")
+    if not isinstance(steps, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) for s in steps):
+        fail(f"{where}'steps' must be a list of integers")
+    if any(b <= a for a, b in zip(steps, steps[1:])):
+        fail(f"{where}'steps' must be strictly increasing, got {steps}")
+    if not isinstance(metrics, dict):
+        fail(f"{where}'metrics' must be an object of metric name to values")
+    for name, values in metrics.items():
+        if not isinstance(values, list) or not all(_is_number(v) for v in values):
+            fail(f"{where}metric {name!r} must be a list of numbers")
+        if len(values) != len(steps):
+            fail(f"{where}metric {name!r} has {len(values)} values for {len(steps)} steps")
+
+
 def _validate(curve, source: str) -> dict:
     """Checks the curve's shape and returns it; ValueError naming ``source`` otherwise."""
     def fail(problem: str):
@@ -56,19 +82,14 @@ def _validate(curve, source: str) -> dict:
 
     if not isinstance(curve, dict):
         fail(f"expected a JSON object, got {type(curve).__name__}")
-    steps, metrics = curve.get("steps"), curve.get("metrics")
-    if not isinstance(steps, list) or not all(
-            isinstance(s, int) and not isinstance(s, bool) for s in steps):
-        fail("'steps' must be a list of integers")
-    if any(b <= a for a, b in zip(steps, steps[1:])):
-        fail(f"'steps' must be strictly increasing, got {steps}")
-    if not isinstance(metrics, dict):
-        fail("'metrics' must be an object of metric name to values")
-    for name, values in metrics.items():
-        if not isinstance(values, list) or not all(_is_number(v) for v in values):
-            fail(f"metric {name!r} must be a list of numbers")
-        if len(values) != len(steps):
-            fail(f"metric {name!r} has {len(values)} values for {len(steps)} steps")
+    _validate_points(curve, fail)
+    if curve.get("validation") is not None:
+        _validate_points(curve["validation"], fail, "validation: ")
+    best = curve.get("best")
+    if best is not None and (not isinstance(best, dict) or not isinstance(best.get("step"), int)
+                             or not isinstance(best.get("monitor"), str)
+                             or not _is_number(best.get("value"))):
+        fail("'best' must hold an integer 'step', a 'monitor' name and a numeric 'value'")
     pending = curve.get("pending")
     if pending is not None:
         if (not isinstance(pending, dict) or not isinstance(pending.get("step"), int)
@@ -86,13 +107,40 @@ def _json_value(value):
     return float(value)
 
 
+def _json_points(points: dict) -> dict:
+    return {"steps": [int(s) for s in points["steps"]],
+            "metrics": {name: [_json_value(v) for v in values]
+                        for name, values in points["metrics"].items()}}
+
+
+def _append_point(points: dict, step: int, values: dict) -> None:
+    """Appends ``values`` (metric name -> number) at ``step``; a metric missing on either
+    side gets null."""
+    steps, metrics = points["steps"], points["metrics"]
+    for name in values:
+        metrics.setdefault(name, [None] * len(steps))
+    for name, column in metrics.items():
+        column.append(values.get(name))
+    steps.append(step)
+
+
+def _points_until(points: dict, step: int) -> dict:
+    keep = sum(1 for s in points["steps"] if s <= step)
+    return {"steps": points["steps"][:keep],
+            "metrics": {name: values[:keep] for name, values in points["metrics"].items()}}
+
+
 def save_curve(curve: dict, path: str) -> None:
     """Writes ``curve`` to ``path`` as JSON atomically (a temporary file, then a rename), so a
     kill never leaves half a file; any ``tf.io.gfile`` path (``gs://`` too)."""
     _validate(curve, "to save")
-    data = {"steps": [int(s) for s in curve["steps"]],
-            "metrics": {name: [_json_value(v) for v in values]
-                        for name, values in curve["metrics"].items()}}
+    data = _json_points(curve)
+    if curve.get("validation") is not None:
+        data["validation"] = _json_points(curve["validation"])
+    if curve.get("best") is not None:
+        best = curve["best"]
+        data["best"] = {"step": int(best["step"]), "monitor": best["monitor"],
+                        "value": _json_value(best["value"])}
     if curve.get("pending") is not None:
         pending = curve["pending"]
         data["pending"] = {"step": int(pending["step"]), "count": int(pending["count"]),
@@ -125,7 +173,8 @@ class TrainingCurve(keras.callbacks.Callback):
 
     Attributes:
         curve: ``{"steps": [...], "metrics": {name: [...]}}``, the points recorded so far
-            (global optimizer steps, read from ``model.optimizer.iterations``).
+            (global optimizer steps, read from ``model.optimizer.iterations``), with
+            ``"validation"`` once a checkpoint's logs carried ``val_*`` metrics.
         every_n_steps: the interval, in optimizer steps, between points.
         state_path: where the curve is kept across a kill and resume (None: in memory only).
     """
@@ -154,6 +203,8 @@ class TrainingCurve(keras.callbacks.Callback):
             saved = load_curve(self.state_path)
             if saved is not None:
                 self.curve = {"steps": saved["steps"], "metrics": saved["metrics"]}
+                if saved.get("validation") is not None:
+                    self.curve["validation"] = saved["validation"]
                 pending = saved.get("pending") or {"step": None, "count": 0, "sums": {}}
                 self._step, self._count = pending["step"], pending["count"]
                 self._sums = dict(pending["sums"])
@@ -162,10 +213,10 @@ class TrainingCurve(keras.callbacks.Callback):
     def _resume_at(self, step: int) -> None:
         """Drops what came after ``step`` (trained again from the checkpoint) and keeps the
         open interval only if it ends exactly at ``step``."""
-        keep = sum(1 for s in self.curve["steps"] if s <= step)
-        self.curve = {"steps": self.curve["steps"][:keep],
-                      "metrics": {name: values[:keep]
-                                  for name, values in self.curve["metrics"].items()}}
+        validation = self.curve.get("validation")
+        self.curve = _points_until(self.curve, step)
+        if validation is not None:
+            self.curve["validation"] = _points_until(validation, step)
         if self._step != step:
             self._sums, self._count = {}, 0
         self._step = step
@@ -198,13 +249,21 @@ class TrainingCurve(keras.callbacks.Callback):
         """Appends the means of the open interval as the point at ``step``."""
         if self._count <= 0:
             return
-        steps, metrics = self.curve["steps"], self.curve["metrics"]
-        for name in self._sums:
-            metrics.setdefault(name, [None] * len(steps))
-        for name, values in metrics.items():
-            values.append(self._sums[name] / self._count if name in self._sums else None)
-        steps.append(step)
+        _append_point(self.curve, step,
+                      {name: total / self._count for name, total in self._sums.items()})
         self._sums, self._count = {}, 0
+
+    def _record_validation(self, logs: dict) -> None:
+        """The checkpoint's ``val_*`` metrics as a validation point at the global step."""
+        values = {name[len("val_"):]: float(value) for name, value in (logs or {}).items()
+                  if name.startswith("val_") and _is_number(value) and value is not None}
+        if not values:
+            return
+        step = self._global_step()
+        points = self.curve.setdefault("validation", {"steps": [], "metrics": {}})
+        if points["steps"] and points["steps"][-1] >= step:
+            return  # already recorded (a repeated epoch end)
+        _append_point(points, step, values)
 
     def _save(self) -> None:
         if not self.state_path:
@@ -215,6 +274,7 @@ class TrainingCurve(keras.callbacks.Callback):
         save_curve(state, self.state_path)
 
     def on_epoch_end(self, epoch, logs=None):
+        self._record_validation(logs)
         self._save()
 
     def on_train_end(self, logs=None):

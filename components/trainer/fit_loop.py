@@ -1,0 +1,165 @@
+"""The Trainer's checkpointed fit, shared by every task kind (run_fn.StageContext.fit).
+
+One Keras "epoch" per checkpoint interval of ``steps_per_checkpoint`` optimizer steps; the
+last interval is shorter when the steps asked are not a multiple of it (`StepLimit` stops the
+fit at exactly ``total_steps``: 500 steps with checkpoints every 200 train 200 + 200 + 100).
+At each checkpoint, in this order:
+
+1. the eval split is evaluated for ``eval_steps`` batches (`CheckpointValidation`);
+2. with ``keep: best`` the weights are kept when the monitored validation metric improved
+   (`BestCheckpoint`);
+3. the training curve, with the validation point, is written (`TrainingCurve`);
+4. the random state and the weights + optimizer (``BackupAndRestore``) are written.
+
+A run killed and run again resumes from the last checkpoint: the input skips the batches the
+checkpointed steps consumed, so it continues exactly as an uninterrupted run would.
+
+Multi-worker (MultiWorkerMirroredStrategy): every worker runs this same code (saving weights
+reads variables that the collective ops keep in step), but only the chief writes to the
+backup folder; another worker works in a private temporary copy of it (resuming from the
+chief's checkpoint) that is removed when the fit ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+
+import keras
+import tensorflow as tf
+
+from lmfactory.components.trainer import random_state, training_curve
+from lmfactory.components.trainer.checkpoints import (
+    BestCheckpoint, CheckpointValidation, StepLimit, format_metrics)
+from lmfactory.components.trainer.progress import ProgressLogger
+from lmfactory.components.trainer.strategy import is_chief, private_copy, worker_role
+
+BACKUP_METADATA = "training_metadata.json"  # written by keras.callbacks.BackupAndRestore
+CURVE_STATE = "training_curve.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class FitSettings:
+    """What the fit needs beyond the model and data (from `TrainerConfig` and ``fn_args``)."""
+    total_steps: int
+    steps_per_checkpoint: int
+    eval_steps: int = 1
+    batch_size: int | None = None
+    validate_checkpoints: bool = True
+    keep: str = "last"  # or "best"
+    monitor: str = "val_loss"
+    progress_seconds: float | None = 30.0
+
+
+def checkpoint_intervals(total_steps: int, steps_per_checkpoint: int) -> tuple[int, int]:
+    """``(epochs, steps_per_epoch)``: whole intervals of ``steps_per_checkpoint`` steps (fewer
+    when the training is shorter), the last one cut short by `StepLimit`."""
+    if total_steps < 1 or steps_per_checkpoint < 1:
+        raise ValueError(f"total_steps and steps_per_checkpoint must be >= 1, got "
+                         f"{total_steps} and {steps_per_checkpoint}")
+    steps_per_epoch = min(int(steps_per_checkpoint), int(total_steps))
+    return math.ceil(total_steps / steps_per_epoch), steps_per_epoch
+
+
+def checkpointed_epochs(backup_dir: str) -> int:
+    """How many checkpoint intervals ("epochs") the backup in ``backup_dir`` has finished
+    (Keras ``BackupAndRestore``'s ``training_metadata.json``); 0 without a backup."""
+    path = os.path.join(backup_dir, BACKUP_METADATA)
+    if not tf.io.gfile.exists(path):
+        return 0
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return int(json.load(f).get("epoch", 0))
+    except (ValueError, TypeError, AttributeError):  # a half-written file: Keras starts over
+        return 0
+
+
+def resume_input(train_data, backup_dir: str, steps_per_epoch: int, total_steps: int):
+    """The training input of a resumed run continues where the killed one stopped: the
+    batches the checkpointed steps consumed are skipped (the input is a repeated, seeded
+    dataset, so the continuation equals an uninterrupted run's). Only whole intervals are
+    ever checkpointed before the last one, so ``epochs * steps_per_epoch`` is the step."""
+    done = min(checkpointed_epochs(backup_dir) * steps_per_epoch, total_steps)
+    if not done:
+        return train_data
+    logging.info("Resuming from the checkpoint in %s at step %d of %d; skipping the %d "
+                 "batches already trained on", backup_dir, done, total_steps, done)
+    return train_data.skip(done) if isinstance(train_data, tf.data.Dataset) else train_data
+
+
+def fit_checkpointed(task_model, train_data, eval_data, settings: FitSettings,
+                     backup_dir: str, log_dir: str | None = None,
+                     extra_callbacks=()) -> tuple[dict, dict]:
+    """Trains ``task_model`` (compiled, inside its strategy's scope) for exactly
+    ``settings.total_steps`` optimizer steps with a checkpoint every
+    ``settings.steps_per_checkpoint``; returns ``(metrics, curve)``: the eval-split metrics of
+    the kept weights (the last checkpoint's, or the best one's with ``keep: best``) and the
+    training curve (with the validation points and the kept checkpoint)."""
+    if settings.keep == "best" and not settings.validate_checkpoints:
+        raise ValueError("keep: best needs the validation at each checkpoint")
+    chief = is_chief(task_model.distribute_strategy)
+    work_dir = backup_dir if chief else private_copy(backup_dir)
+    if not chief:
+        logging.info("%s is not the chief: its checkpoints go to the temporary folder %s, "
+                     "removed at the end", worker_role(), work_dir)
+        log_dir = os.path.join(work_dir, "logs") if log_dir else None
+    try:
+        return _fit(task_model, train_data, eval_data, settings, work_dir, log_dir,
+                    list(extra_callbacks))
+    finally:
+        if not chief and tf.io.gfile.exists(work_dir):
+            tf.io.gfile.rmtree(work_dir)
+
+
+def _fit(task_model, train_data, eval_data, settings, backup_dir, log_dir, extra) -> tuple:
+    total = settings.total_steps
+    epochs, steps_per_epoch = checkpoint_intervals(total, settings.steps_per_checkpoint)
+    train_data = resume_input(train_data, backup_dir, steps_per_epoch, total)
+    # The curve is saved beside the checkpoint (before it at each epoch end), so a resumed
+    # run continues it.
+    curve = training_curve.TrainingCurve(training_curve.default_interval(total),
+                                         state_path=os.path.join(backup_dir, CURVE_STATE))
+    validation = (CheckpointValidation(eval_data, settings.eval_steps)
+                  if settings.validate_checkpoints else None)
+    best = (BestCheckpoint(backup_dir, settings.monitor) if settings.keep == "best" else None)
+    callbacks = [
+        StepLimit(total),
+        ProgressLogger(total, settings.batch_size, every_seconds=settings.progress_seconds),
+        *([validation] if validation else []),  # first: the others read its val_* logs
+        *([best] if best else []),  # loads the best weights at train end, before the backup
+        curve,                      # goes
+        random_state.RandomStateBackup(backup_dir),  # before the checkpoint it belongs to
+        keras.callbacks.BackupAndRestore(backup_dir),
+        *([keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch")]
+          if log_dir else []),
+        *extra,
+    ]
+    last = total - (epochs - 1) * steps_per_epoch
+    logging.info("Training %d steps (%d checkpoints: every %d steps%s), global batch %s%s",
+                 total, epochs, steps_per_epoch,
+                 f", the last after {last}" if last != steps_per_epoch else "",
+                 settings.batch_size,
+                 f"; validating {settings.eval_steps} eval batches at each checkpoint"
+                 if validation else "")
+    task_model.fit(train_data, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                   callbacks=callbacks, verbose=2)
+    result = dict(curve.curve)
+    if best is not None and best.best is not None:
+        result["best"] = {key: best.best[key] for key in ("step", "monitor", "value")}
+        metrics = dict(best.best["metrics"])
+    elif validation is not None and validation.last is not None:
+        metrics = dict(validation.last)  # the last checkpoint is the end of training
+    else:
+        metrics = task_model.evaluate(eval_data, steps=max(1, settings.eval_steps),
+                                      return_dict=True, verbose=0)
+        metrics = {name: float(value) for name, value in metrics.items()}
+    logging.info("Evaluation after training (%d eval batches): %s", settings.eval_steps,
+                 format_metrics(metrics))
+    return metrics, result
+
+
+__all__ = ["FitSettings", "fit_checkpointed", "checkpoint_intervals", "checkpointed_epochs",
+           "resume_input"]
