@@ -24,11 +24,15 @@ def _resolve(path: str) -> str:
 
 
 def graph_section(recipe: dict) -> dict:
-    """The recipe's ``knowledge_graph`` section with its local paths made absolute."""
+    """The recipe's ``knowledge_graph`` section with its local paths made absolute; a local
+    file that is missing is a one-line FileNotFoundError now, before any stage runs."""
     section = dict(recipe["knowledge_graph"])
     section["splits"] = {split: _resolve(path) for split, path in section["splits"].items()}
     if section.get("labels"):
         section["labels"] = _resolve(section["labels"])
+    for path in [*section["splits"].values(), section.get("labels")]:
+        if path and "://" not in path and not os.path.isfile(path):
+            raise FileNotFoundError(f"knowledge graph file {path} does not exist")
     return section
 
 

@@ -10,6 +10,7 @@ import os
 
 from tfx import v1 as tfx
 
+from lmfactory.components.trainer.serving import SERVING_DIR
 from lmfactory.pipelines import beam_workers, local_state
 from lmfactory.pipelines.pipeline import create_pipeline
 
@@ -52,7 +53,13 @@ def summarize_local_run(recipe: dict, layout: dict) -> dict:
     pushed = os.path.join(model_dir, versions[-1]) if versions else None
     if outcome and not outcome["blessed"]:
         pushed = None
-    return {"evaluation": outcome, "pushed_model": pushed, **layout}
+    # The evaluated model's SavedModel, pushed or not (the Evaluator records its artifact).
+    exported = os.path.join(outcome["model"], SERVING_DIR) \
+        if outcome and outcome.get("model") else None
+    report = os.path.join(os.path.dirname(evaluation), "report.md") if evaluation else None
+    return {"evaluation": outcome, "pushed_model": pushed, "exported_model": exported,
+            "evaluation_report": report if report and os.path.exists(report) else None,
+            **layout}
 
 
 def compile_vertex(recipe: dict, output_file: str, pipeline_root: str,

@@ -203,6 +203,9 @@ def test_pipeline_wiring(linking_bert, tmp_path):
     assert components["LMEvaluator"].inputs["examples"] is task_linker.outputs["examples"]
     section = json.loads(components["KnowledgeGraphGen"].exec_properties["section"])
     assert "embedding" not in section and os.path.isabs(section["splits"]["train"])
+    missing = load_recipe("bert_tiny_sst2", _kg_overrides(labels=str(tmp_path / "no.json")))
+    with pytest.raises(FileNotFoundError, match="knowledge graph file .*no.json does not "):
+        create_components(missing, str(tmp_path))
 
 
 # ---------------------------------------------------------------- TFX executors, trainer

@@ -66,6 +66,9 @@ def evaluate_and_bless(model_uri: str, file_pattern: str, config: dict,
     official = {name: results[name] for name in task.get("official_metrics", [])
                 if name in results}
     return {"metric": metric, "value": results[metric], "metrics": results,
+            "meanings": {name: metric_lib.describe(name, task) for name in results
+                         if metric_lib.describe(name, task)},
+            "notes": metric_lib.notes(results, task, config.get("split", "eval")),
             "task": task.get("glue_task") or " ".join(
                 str(task[key]) for key in ("kind", "format") if task.get(key)),
             "official_metrics": official,
@@ -111,6 +114,7 @@ class Executor(base_executor.BaseExecutor):
         split = config.get("split", "eval")
         pattern = os.path.join(artifact_utils.get_split_uri([examples], split), "*")
         outcome = evaluate_and_bless(model.uri, pattern, config, baseline_uri)
+        outcome["model"] = model.uri  # where the exported model is, blessed or not
         evaluation = artifact_utils.get_single_instance(output_dict["evaluation"])
         write_report(outcome, evaluation.uri, model.uri)
         blessing = artifact_utils.get_single_instance(output_dict["blessing"])

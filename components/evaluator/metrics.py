@@ -148,3 +148,87 @@ def passes(metric: str, value: float, threshold: float | None,
     if baseline_value is not None and not better_or_equal(value, baseline_value):
         return False, f"{metric}={value:.4f} is worse than the blessed baseline's {baseline_value:.4f}"
     return True, f"{metric}={value:.4f} passes (threshold {threshold}, baseline {baseline_value})"
+
+
+# What each reported figure means, as the Evaluator's report and ``lmfactory evaluate`` print
+# it beside the value (issue 16: metrics say what they mean).
+MEANINGS = {
+    "accuracy": "fraction of the evaluated examples predicted right, each counted once",
+    "macro_f1": "unweighted mean of the per-class F1 scores",
+    "matthews_corrcoef": "Matthews correlation of predicted and true classes, -1..1 (CoLA)",
+    "pearson": "Pearson correlation of predicted and gold scores (STS-B)",
+    "spearman": "Spearman rank correlation of predicted and gold scores",
+    "mse": "mean squared error of the predicted scores",
+    "perplexity": "exp(mean next-token negative log-likelihood) over the held-out tokens",
+    "nll": "mean next-token negative log-likelihood in nats",
+    "bits_per_character": "mean negative log-likelihood per character (byte), in bits",
+    "entity_f1": "entity-level F1 (an entity counts when its span and type match; CoNLL)",
+    "entity_precision": "entity-level precision",
+    "entity_recall": "entity-level recall",
+    "exact_match": "percentage of questions whose normalised answer equals a gold answer",
+    "bleu": "corpus BLEU (sacreBLEU's 13a tokenization)",
+    "sgns_loss": "mean skip-gram negative-sampling loss per (input, target) pair",
+    "held_out_exact_match": "SQuAD 2.0 exact_match at no-answer thresholds tuned on the other "
+                            "half of the questions (never on the scored one)",
+    "held_out_f1": "SQuAD 2.0 f1 at no-answer thresholds tuned on the other half of the "
+                   "questions (never on the scored one)",
+    "best_f1": "f1 at the best no-answer threshold for these very records (an upper bound)",
+    "null_threshold": "the exported no-answer threshold, tuned by the FineTuner on its eval "
+                      "split",
+    "examples": "number of examples evaluated",
+    "tokens": "number of predicted tokens",
+}
+
+
+def positive_class(task: dict | None) -> str:
+    """The class ``f1`` is computed for: class id 1, named by the task's labels if any."""
+    labels = (task or {}).get("label_vocabulary") or []
+    return f"class 1 ({labels[1]!r})" if len(labels) > 1 else "class 1"
+
+
+def describe(name: str, task: dict | None = None) -> str:
+    """One line saying what the metric ``name`` of a model of ``task`` measures ('' when
+    unknown). ``f1`` depends on the task: a classifier's binary F1 of `positive_class` (GLUE's
+    MRPC / QQP F1), a span extractor's SQuAD token-overlap F1."""
+    kind = (task or {}).get("kind")
+    if name == "f1":
+        if kind == "span_qa":
+            return "mean token-overlap F1 of the answers with the best gold answer, 0-100"
+        return (f"F1 of {positive_class(task)} against all others, as GLUE scores MRPC / QQP "
+                f"(macro_f1 averages every class)")
+    return MEANINGS.get(name, "")
+
+
+def notes(results: dict, task: dict | None, split: str = "eval",
+          tuned_on_scored: bool = True) -> list[str]:
+    """Lines the evaluation report prints under its metrics so the figures are not misread:
+    how the Evaluator's accuracy differs from the FineTuner's logged one, and on which
+    records a SQuAD 2.0 no-answer threshold was tuned. ``split``: what was scored;
+    ``tuned_on_scored``: whether it is the split the FineTuner tuned the threshold on (the
+    pipeline's Evaluator), not a new file (``lmfactory evaluate``)."""
+    task = task or {}
+    lines = []
+    if "accuracy" in results:
+        count = results.get("examples")
+        lines.append(
+            f"accuracy counts each of the {count if count is not None else 'evaluated'} "
+            f"examples of {split} once. The FineTuner's logged accuracy (training curve, "
+            f"train_metrics) is Keras's mean over its eval_steps whole batches of the "
+            f"repeated eval split (some examples twice, some never), so the two differ.")
+    if task.get("kind") == "span_qa" and task.get("version") == "2.0":
+        threshold = (f"The no-answer threshold null_threshold = {task.get('null_threshold')} "
+                     f"was tuned by the FineTuner on its eval split")
+        if tuned_on_scored:
+            lines.append(
+                f"{threshold}, the records scored here: exact_match / f1 are tuned-split "
+                f"figures (optimistic), and best_f1 is the best threshold on these records. "
+                f"held_out_exact_match / held_out_f1 tune the threshold on one half of the "
+                f"questions and score the other half (and the reverse), so no question is "
+                f"scored with a threshold it helped choose; `lmfactory evaluate MODEL --data "
+                f"NEW.json` scores a file the threshold never saw.")
+        else:
+            lines.append(
+                f"{threshold}; exact_match / f1 here are on {split}, which it never saw "
+                f"(unless it is that split); best_f1 and held_out_* tune a threshold on "
+                f"{split} itself.")
+    return lines

@@ -280,13 +280,17 @@ def _blocks(outcome: dict, curve, confusion, class_names, attention=None) -> lis
     scalars = {name: v for name, v in metrics.items() if _is_scalar(v)}
     if metrics:
         blocks.append(("h", 2, "All metrics"))
+    meanings = outcome.get("meanings") or {}
     if scalars:
-        header = ["metric", "value"] + (["baseline"] if baseline else [])
+        header = ["metric", "value"] + (["baseline"] if baseline else []) + (
+            ["meaning"] if meanings else [])
         rows = [[name, format_value(v)]
                 + ([format_value(baseline.get(name)) if _is_scalar(baseline.get(name))
                     else "—"] if baseline else [])
+                + ([meanings.get(name, "")] if meanings else [])
                 for name, v in scalars.items()]
         blocks.append(("table", header, rows))
+    blocks += [("p", note) for note in outcome.get("notes") or []]
     for name, value in metrics.items():
         if name in scalars:
             continue

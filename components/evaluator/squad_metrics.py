@@ -16,6 +16,7 @@ chosen on dev to maximise EM (or F1), as the v2.0 script's ``best_exact_thresh``
 from __future__ import annotations
 
 import collections
+import hashlib
 import itertools
 import re
 import string
@@ -126,3 +127,36 @@ def best_no_answer_threshold(gold: dict[str, list[str]], predictions: dict[str, 
         if current > best_score:
             best_score, best_threshold = current, margin
     return best_threshold, 100.0 * best_score / len(gold)
+
+
+def _fold(qid: str, folds: int) -> int:
+    return int(hashlib.sha256(qid.encode("utf-8")).hexdigest(), 16) % folds
+
+
+def held_out_threshold_scores(gold: dict[str, list[str]], predictions: dict[str, str],
+                              no_answer_margins: dict[str, float], folds: int = 2) -> dict:
+    """EM and F1 (0-100) of SQuAD 2.0 answers whose no-answer threshold never saw the question
+    it scores: the questions are split into ``folds`` parts by a hash of their id; each part is
+    scored at the thresholds (one for EM, one for F1, `best_no_answer_threshold`) tuned on the
+    other parts. A threshold tuned and scored on the same questions (the FineTuner tunes it
+    on the eval split the Evaluator then scores) overstates both figures. ``{}`` when a part
+    would be empty (too few questions)."""
+    if folds < 2:
+        raise ValueError(f"folds must be at least 2, got {folds}")
+    parts = [{q: a for q, a in gold.items() if _fold(q, folds) == k} for k in range(folds)]
+    if any(not part for part in parts):
+        return {}
+    scores = {"exact_match": 0.0, "f1": 0.0}
+    for k, part in enumerate(parts):
+        tuning = {q: a for q, a in gold.items() if q not in part}
+        for metric in scores:
+            threshold, _ = best_no_answer_threshold(tuning, predictions, no_answer_margins,
+                                                    metric)
+            index = 0 if metric == "exact_match" else 1
+            for qid, answers in part.items():
+                margin = no_answer_margins.get(qid)
+                answering = margin is not None and margin <= threshold
+                scores[metric] += question_scores(
+                    predictions.get(qid, "") if answering else "", answers)[index]
+    return {"held_out_exact_match": 100.0 * scores["exact_match"] / len(gold),
+            "held_out_f1": 100.0 * scores["f1"] / len(gold), "held_out_folds": folds}

@@ -190,4 +190,7 @@ def evaluate(model_uri: str, file_pattern: str, task: dict, config: dict) -> dic
             gold, spans, {i: m for i, m in margins.items() if np.isfinite(m)}, "f1")
         results.update(best_f1=best, best_f1_threshold=threshold,
                        null_threshold=task.get("null_threshold"))
+        # Beside them, figures at thresholds that never saw the questions they score.
+        results.update(squad_metrics.held_out_threshold_scores(
+            gold, spans, {i: m for i, m in margins.items() if np.isfinite(m)}))
     return results

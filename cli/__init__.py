@@ -1,15 +1,23 @@
-"""``lmfactory`` command line: list, run, compile, few-shot.
+"""``lmfactory`` command line.
 
     lmfactory list                       architectures and recipes, one name per line
+    lmfactory validate RECIPE [--set field.path=value ...]   check a recipe, run nothing
     lmfactory run RECIPE [--runner local|vertex] [--set field.path=value ...]
     lmfactory compile RECIPE --pipeline-root gs://... [--output pipeline.json]
+    lmfactory predict MODEL [TEXT ...] [--file FILE|-] [--set input=value]   JSON lines out
+    lmfactory evaluate MODEL --data FILE [--format tsv] [--option key=value]
     lmfactory few-shot --model MODEL --task sst2|commonsenseqa [--k 0,1,4,8] [--max-examples N]
                        [--scoring mean|sum|unconditional] [--markdown out.md]
+
+MODEL: a pushed SavedModel, a serving folder of versions (the newest is used), a Model
+artifact or a run folder (runs/<recipe>). -v (every command but list) shows TensorFlow's
+and the Google libraries' own log lines and warnings, hidden by default.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -20,7 +28,7 @@ class _ProgressFilter(logging.Filter):
     """Keeps what a user follows a run by: components starting and finishing, this package's
     own summaries, and every error."""
 
-    PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+    PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno >= logging.ERROR:
@@ -33,11 +41,21 @@ class _ProgressFilter(logging.Filter):
             ("is running.", "is finished."))
 
 
+# Start-up noise of TensorFlow's C++ core, gRPC and glog (the oneDNN / CUDA / cuDNN / cuBLAS
+# registration and TF-TRT lines), hidden unless -v. Environment variables, so Beam's worker
+# processes inherit them too; they only work when set before TensorFlow is imported, which
+# `main` does first. XLA's absl C++ log lines ignore them: cli/quiet.py hides those.
+QUIET_ENVIRONMENT = {"TF_CPP_MIN_LOG_LEVEL": "3", "GRPC_VERBOSITY": "ERROR",
+                     "GLOG_minloglevel": "2", "PYTHONWARNINGS": "ignore"}
+
+
 def _configure_logging(verbose: bool) -> None:
+    """Default: TensorFlow's, absl's and the Google client libraries' start-up lines and
+    warnings (e.g. google.api_core's Python-version FutureWarnings) hidden, this package's
+    progress shown; -v: everything."""
     if not verbose:
-        # Inherited by Beam's worker processes too.
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        os.environ.setdefault("PYTHONWARNINGS", "ignore")
+        for name, value in QUIET_ENVIRONMENT.items():
+            os.environ.setdefault(name, value)
         import warnings
 
         warnings.simplefilter("ignore")
@@ -57,8 +75,11 @@ def _parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="print architectures and recipes, one name per line")
-    for name in ("run", "compile", "validate"):
-        command = commands.add_parser(name)
+    helps = {"validate": "check every field of a recipe; runs nothing",
+             "run": "run a recipe's pipeline (locally, or submit it to Vertex AI)",
+             "compile": "write a recipe's Vertex AI / Kubeflow pipeline JSON"}
+    for name in ("validate", "run", "compile"):
+        command = commands.add_parser(name, help=helps[name])
         command.add_argument("recipe", help="a registered recipe name or a YAML file")
         command.add_argument("--set", dest="overrides", action="append", default=[],
                              metavar="FIELD=VALUE", help="override a recipe field")
@@ -74,8 +95,54 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--image", help="vertex: container image with lmfactory")
             command.add_argument("--project", help="vertex: GCP project")
             command.add_argument("--region", default="us-central1", help="vertex: region")
+    _add_predict_parser(commands)
+    _add_evaluate_parser(commands)
     _add_few_shot_parser(commands)
     return parser
+
+
+MODEL_HELP = ("a pushed SavedModel, a serving folder of versions (the newest is used), a Model "
+              "artifact or a run folder (runs/<recipe>)")
+
+
+def _add_predict_parser(commands) -> None:
+    command = commands.add_parser(
+        "predict", help="call a model's serving signature on text; one JSON line per input",
+        description="Each TEXT (or line of --file / stdin) is one example: plain text for a "
+                    "model with one text input, tab-separated fields (in --fields order, "
+                    "default the input names sorted; surplus fields go to the last input as "
+                    "a list) or a JSON object of input name -> value.")
+    command.add_argument("model", help=MODEL_HELP)
+    command.add_argument("texts", nargs="*", metavar="TEXT", help="inputs (default: stdin)")
+    command.add_argument("--file", help="one input per line ('-': stdin)")
+    command.add_argument("--set", dest="settings", action="append", default=[],
+                         metavar="INPUT=VALUE",
+                         help="a non-text input for every example (e.g. max_length=40, "
+                              "sampler=top_k for a generator's serving_default)")
+    command.add_argument("--signature", help="signature to call (default serving_default, or "
+                                             "the one the inputs fill)")
+    command.add_argument("--fields", help="comma-separated input names of the tab-separated "
+                                          "fields, e.g. question,context")
+    command.add_argument("--batch-size", type=int, default=32)
+    command.add_argument("-v", "--verbose", action="store_true")
+
+
+def _add_evaluate_parser(commands) -> None:
+    command = commands.add_parser(
+        "evaluate", help="a model's official metrics on a new held-out file (perplexity, "
+                         "accuracy / F1, entity F1, EM / F1, ...)")
+    command.add_argument("model", help=MODEL_HELP)
+    command.add_argument("--data", required=True, help="the held-out file")
+    command.add_argument("--format", help="its format (default: the task's; text for an LM)")
+    command.add_argument("--option", dest="options", action="append", default=[],
+                         metavar="KEY=VALUE",
+                         help="an ingestion input_config key, e.g. label_column=score, "
+                              "has_header=false, column_names=[label,sentence]")
+    command.add_argument("--batch-size", type=int, default=64)
+    command.add_argument("--max-batches", type=int, default=None,
+                         help="score at most this many batches (language models)")
+    command.add_argument("--json", help="also write the result to this JSON file")
+    command.add_argument("-v", "--verbose", action="store_true")
 
 
 def _add_few_shot_parser(commands) -> None:
@@ -116,8 +183,6 @@ def _parse_ks(text: str) -> list[int]:
 
 
 def _few_shot(args) -> int:
-    import json
-
     from lmfactory.components.evaluator import few_shot
 
     ks = _parse_ks(args.k)
@@ -154,11 +219,55 @@ def _few_shot(args) -> int:
     return 0
 
 
-def _list() -> int:
-    from lmfactory import models
-    from lmfactory.recipe import recipe_names
+def _predict(args) -> int:
+    from lmfactory.cli.model_paths import ModelPathError, saved_model_dir
+    from lmfactory.cli.predict import PredictError, predict, read_inputs
 
-    for name in [*models.names(), *recipe_names()]:
+    fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
+    try:
+        if args.batch_size < 1:
+            raise PredictError(f"--batch-size must be >= 1, got {args.batch_size}")
+        lines, blank = read_inputs(args.texts, args.file)
+        if blank:
+            print(f"lmfactory: skipped {blank} blank input line(s)", file=sys.stderr)
+        model_dir = saved_model_dir(args.model)
+        predict(model_dir, lines, signature=args.signature, settings=args.settings,
+                fields=fields, batch_size=args.batch_size)
+    except (PredictError, ModelPathError) as error:
+        print(f"lmfactory: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _evaluate(args) -> int:
+    from lmfactory.cli.evaluate import EvaluateError, evaluate, format_result, parse_options
+    from lmfactory.cli.model_paths import ModelPathError
+
+    try:
+        result = evaluate(args.model, args.data, file_format=args.format,
+                          options=parse_options(args.options), batch_size=args.batch_size,
+                          max_batches=args.max_batches)
+    except (EvaluateError, ModelPathError) as error:
+        print(f"lmfactory: {error}", file=sys.stderr)
+        return 2
+    except DATA_ERRORS as error:
+        if args.verbose:
+            raise
+        print(f"lmfactory: {_one_line(error)} (-v shows the traceback)", file=sys.stderr)
+        return 2
+    print(format_result(result), end="")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2, sort_keys=True, default=str)
+    return 0
+
+
+def _list() -> int:
+    """Architectures, then recipes, read from the source tree (cli/names.py): no
+    TensorFlow import, so it answers at once and prints nothing else."""
+    from lmfactory.cli.names import architecture_names, recipe_names
+
+    for name in [*architecture_names(), *recipe_names()]:
         print(name)
     return 0
 
@@ -189,7 +298,9 @@ def _run_local(args, recipe) -> int:
     from lmfactory.pipelines import runners
 
     started = time.time()
-    print(f"Running recipe {recipe['name']} ({recipe['architecture']}/{recipe['preset']}) "
+    from lmfactory.cli.describe import describe_model
+
+    print(f"Running recipe {recipe['name']} ({describe_model(recipe)}) "
           f"locally; outputs under {os.path.abspath(args.output_dir)}", flush=True)
     try:
         summary = runners.run_local(recipe, args.output_dir, enable_cache=not args.no_cache)
@@ -203,19 +314,43 @@ def _run_local(args, recipe) -> int:
     print(f"\n== Finished in {minutes:.1f} min")
     if outcome:
         for name, value in outcome["metrics"].items():
-            print(f"{name}: {value:.4f}" if isinstance(value, float) else f"{name}: {value}")
+            if isinstance(value, dict) and "matrix" in value:
+                continue  # a confusion matrix: drawn in the evaluation report
+            shown = (f"{value:.4f}" if isinstance(value, float) else
+                     json.dumps(value) if isinstance(value, (dict, list)) else f"{value}")
+            meaning = (outcome.get("meanings") or {}).get(name)
+            print(f"{name}: {shown}" + (f"  - {meaning}" if meaning else ""))
+        for note in outcome.get("notes") or []:
+            print(f"note: {note}")
         print(f"blessed: {outcome['blessed']} ({outcome['reason']})")
-    print(f"pushed model: {summary['pushed_model'] or 'none (not blessed)'}")
+        if summary.get("evaluation_report"):
+            print(f"evaluation report: {summary['evaluation_report']}")
+    if summary["pushed_model"]:
+        print(f"pushed model: {summary['pushed_model']}")
+    else:
+        print("pushed model: none (not blessed)")
+        if summary.get("exported_model"):
+            print(f"exported model (not pushed): {summary['exported_model']}")
     return 0 if summary["pushed_model"] else 1
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "predict":  # TEXTs may follow options (argparse stops at them)
+        args.texts += [text for text in extra if not text.startswith("-")]
+        extra = [text for text in extra if text.startswith("-")]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "list":
         return _list()
     _configure_logging(args.verbose)
-    if args.command == "few-shot":
-        return _few_shot(args)
+    commands = {"few-shot": _few_shot, "predict": _predict, "evaluate": _evaluate}
+    if args.command in commands:
+        from lmfactory.cli.quiet import native_stderr_hidden
+
+        with native_stderr_hidden(not args.verbose):
+            return commands[args.command](args)
     from lmfactory.recipe import RecipeError, load_recipe
 
     try:

@@ -1,0 +1,7 @@
+"""``python -m lmfactory.cli``: the ``lmfactory`` console script."""
+
+import sys
+
+from lmfactory.cli import main
+
+sys.exit(main())
