@@ -3,7 +3,7 @@
     lmfactory list                       architectures and recipes, one name per line
     lmfactory validate RECIPE [--set field.path=value ...]   check a recipe, run nothing
     lmfactory run RECIPE [--runner local|vertex] [--set field.path=value ...]
-    lmfactory compile RECIPE --pipeline-root gs://... [--output pipeline.json]
+    lmfactory compile RECIPE --pipeline-root gs://... --image IMAGE [--stage-data] [--output F]
     lmfactory predict MODEL [TEXT ...] [--file FILE|-] [--set input=value]   JSON lines out
     lmfactory evaluate MODEL --data FILE [--format tsv] [--option key=value]
     lmfactory few-shot --model MODEL --task sst2|commonsenseqa [--k 0,1,4,8] [--max-examples N]
@@ -92,7 +92,11 @@ def _parser() -> argparse.ArgumentParser:
         if name in ("run", "compile"):
             command.add_argument("--pipeline-root", help="vertex: gs:// pipeline root")
             command.add_argument("--output", help="vertex: pipeline JSON path")
-            command.add_argument("--image", help="vertex: container image with lmfactory")
+            command.add_argument("--image", help="vertex: container image with lmfactory "
+                                                 "(built from the Dockerfile; required)")
+            command.add_argument("--stage-data", action="store_true",
+                                 help="vertex: copy local data files to the pipeline root "
+                                      "instead of refusing them")
             command.add_argument("--project", help="vertex: GCP project")
             command.add_argument("--region", default="us-central1", help="vertex: region")
     _add_predict_parser(commands)
@@ -277,9 +281,13 @@ def _compile(args, recipe) -> str:
 
     if not args.pipeline_root:
         raise SystemExit("lmfactory: --pipeline-root (gs://bucket/path) is required for Vertex")
+    if not args.image:
+        raise SystemExit("lmfactory: --image is required for Vertex: an image with lmfactory "
+                         "installed, built from the Dockerfile (README, 'Vertex AI / Kubeflow')")
     output = args.output or f"{recipe['name']}_pipeline.json"
-    runners.compile_vertex(recipe, output, args.pipeline_root,
-                           image=args.image or runners.DEFAULT_IMAGE)
+    runners.compile_vertex(recipe, output, args.pipeline_root, image=args.image,
+                           local_data="stage" if args.stage_data else "refuse",
+                           project=args.project, region=args.region)
     print(f"Pipeline spec: {os.path.abspath(output)}")
     return output
 

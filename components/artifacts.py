@@ -17,6 +17,10 @@ class Vocabulary(artifact.Artifact):
     keras-nlp tokenizer, the same object used for example generation, training and serving.
     """
 
+    # On Vertex AI / Kubeflow v2 the container entrypoint (tfx kubeflow_v2_entrypoint_utils.
+    # _parse_raw_artifact) imports the class named by the type's schema title, which the
+    # compiler restricts to ``module.Class`` (one dot): the package exports this class as
+    # ``lmfactory.Vocabulary`` for that (lmfactory/__init__.py; test_vertex_spec runs it).
     TYPE_NAME = "lmfactory.Vocabulary"
 
 

@@ -117,7 +117,8 @@ def test_word2vec_pretrains_continues_and_pushes_word_vectors(tmp_path, demo_dat
 
 def test_word2vec_recipe_compiles_for_vertex(tmp_path):
     output = tmp_path / "pipeline.json"
-    runners.compile_vertex(load_recipe("word2vec_wikitext2"), str(output), "gs://bucket/root")
+    runners.compile_vertex(load_recipe("word2vec_wikitext2"), str(output), "gs://bucket/root",
+                           local_data="as_is")  # the DAG shape only
     spec = json.loads(output.read_text())
     tasks = set(spec["pipelineSpec"]["root"]["dag"]["tasks"])
     assert {"VocabularyGen", "PretrainingExampleGen", "Pretrainer", "TargetExampleGen",
