@@ -23,6 +23,7 @@ retried bundle rewrites the same file (written to a temporary name, then renamed
 from __future__ import annotations
 
 import array
+import functools
 import hashlib
 import json
 import math
@@ -38,7 +39,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 from tfx.components.util import examples_utils
 
-from lmfactory.components.pretraining_data import objectives
+from lmfactory.components.pretraining_data import linked_documents, objectives
 from lmfactory.components.pretraining_data.features import (
     BOOL_KEYS, CONFIG_FILE, DEFAULT_CONFIG, VOCABULARY_DIR, resolve_config)
 from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
@@ -80,13 +81,19 @@ DROPPED_NO_TOKENS = "dropped_documents_without_tokens"  # every sentence tokeniz
 DROPPED_SENTENCES = "dropped_sentences_without_tokens"  # within kept documents
 
 
-def _keyed_document(serialized: bytes):
+def _keyed_document(serialized: bytes, linked: bool = False):
     """tf.Example with feature ``text`` -> ``(key, text)``; an empty document keeps its
-    place (key ``""``) so that the shard that gets it counts it as dropped."""
+    place (key ``""``) so that the shard that gets it counts it as dropped. ``linked``
+    (``LINKED_SENTENCES`` objectives): ``(key, (text, mentions))`` with the EntityLinker's
+    mentions (linked_documents.py)."""
     example = tf.train.Example.FromString(serialized)
     if "text" not in example.features.feature:
         raise ValueError("PretrainingExampleGen needs corpus Examples with a bytes feature "
                          "'text' (CONTRACTS §1)")
+    if linked:
+        text, mentions = linked_documents.read_linked_document(example)
+        yield (document_key(text), (text, mentions)) if text.strip() else ("", (b"", []))
+        return
     values = example.features.feature["text"].bytes_list.value
     text = values[0] if values else b""
     yield (document_key(text), text) if text.strip() else ("", b"")
@@ -113,7 +120,9 @@ class _TokenizeDocuments(beam.DoFn):
     def setup(self):
         document_format = objectives.get(self._objective_name).document
         self._documents = {objectives.SENTENCES: self._sentence_lists,
-                           objectives.STREAM: self._streams}[document_format]
+                           objectives.STREAM: self._streams,
+                           objectives.LINKED_SENTENCES: self._linked_sentence_lists,
+                           }[document_format]
         tokenizer = load_tokenizer(self._vocab_dir)
         # In a tf.function the keras-nlp tokenizer returns a RaggedTensor (eagerly it would
         # convert to Python lists); one trace serves every batch size.
@@ -150,6 +159,25 @@ class _TokenizeDocuments(beam.DoFn):
                 if len(segments) < len(doc) else {}
             yield key, ((segments, dropped) if segments else
                         (None, {**dropped, DROPPED_NO_TOKENS: 1}))
+
+    def _linked_sentence_lists(self, batch):
+        """Sentences of (token ids, entity tags): each sentence cut at its mentions, every
+        piece of the batch tokenized in one call (linked_documents.py)."""
+        split = [linked_documents.sentence_pieces(text, mentions)
+                 for _, (text, mentions) in batch]
+        pieces = [piece for sentences, _ in split for pieces_, _ in sentences
+                  for piece in pieces_]
+        flat = self._token_arrays(pieces)
+        start = 0
+        for (key, _), (sentences, counts) in zip(batch, split):
+            size = sum(len(pieces_) for pieces_, _ in sentences)
+            segments, more = linked_documents.assemble(sentences, flat[start:start + size])
+            start += size
+            counts = _sum_counts([counts, more])
+            if len(segments) < len(sentences):
+                counts[DROPPED_SENTENCES] = len(sentences) - len(segments)
+            yield key, ((segments, counts) if segments else
+                        (None, {**counts, DROPPED_NO_TOKENS: 1}))
 
 
 # --------------------------------------------------------------------------- shards
@@ -212,7 +240,9 @@ def _add_split(pipeline, split: str, input_dir: str, output_dir: str, vocab_dir:
         | f"Read[{split}]" >> beam.io.ReadFromTFRecord(
             os.path.join(input_dir, "*.gz"), coder=beam.coders.BytesCoder(),
             compression_type=beam.io.filesystem.CompressionTypes.GZIP)
-        | f"KeyDocuments[{split}]" >> beam.FlatMap(_keyed_document))
+        | f"KeyDocuments[{split}]" >> beam.FlatMap(functools.partial(
+            _keyed_document, linked=objectives.get(config["objective"]).document
+            == objectives.LINKED_SENTENCES)))
     num_shards = (
         documents
         | f"NonEmpty[{split}]" >> beam.Filter(lambda keyed: bool(keyed[0]))

@@ -20,9 +20,10 @@ from lmfactory.components.pretraining_data import permutation_lm  # noqa: F401  
 from lmfactory.components.pretraining_data import word_windows  # noqa: F401  (skipgram, cbow)
 from lmfactory.components.pretraining_data import ordered_streams  # noqa: F401  (segments in order)
 from lmfactory.components.pretraining_data import span_corruption  # noqa: F401  (T5 spans)
+from lmfactory.components.pretraining_data import ernie_dea  # noqa: F401  (entities, dEA)
 from lmfactory.components.pretraining_data.registry import (
-    DOCUMENT_FORMATS, SENTENCES, STREAM, VOCABULARY_FOLDER, Objective, get, names, register,
-    registered, unregister)
+    DOCUMENT_FORMATS, LINKED_SENTENCES, SENTENCES, STREAM, VOCABULARY_FOLDER, Objective, get,
+    names, register, registered, unregister)
 
-__all__ = ["DOCUMENT_FORMATS", "Objective", "SENTENCES", "STREAM", "VOCABULARY_FOLDER", "get",
-           "names", "register", "registered", "unregister"]
+__all__ = ["DOCUMENT_FORMATS", "LINKED_SENTENCES", "Objective", "SENTENCES", "STREAM",
+           "VOCABULARY_FOLDER", "get", "names", "register", "registered", "unregister"]

@@ -23,10 +23,14 @@ from lmfactory.models.named_registry import NamedRegistry
 # SENTENCES: a list of token-id arrays, one per non-blank line (blank lines and sentences that
 #   tokenize to nothing are dropped; a document left with none is dropped);
 # STREAM: one token-id array of the whole text, newlines included (e.g. a byte-level BPE
-#   stream, GPT-2 §2.2).
+#   stream, GPT-2 §2.2);
+# LINKED_SENTENCES: corpus Examples annotated by the EntityLinker (knowledge-graph entity
+#   mentions); a list of (token-id array, entity-tag array) per sentence, the tag being the
+#   entity index + 1 on the first token of a mention and 0 elsewhere (linked_documents.py).
 SENTENCES = "sentences"
 STREAM = "stream"
-DOCUMENT_FORMATS = (SENTENCES, STREAM)
+LINKED_SENTENCES = "linked_sentences"
+DOCUMENT_FORMATS = (SENTENCES, STREAM, LINKED_SENTENCES)
 # The key of the vocabulary folder's path in the tokenizer config ``vocabulary_state`` gets.
 VOCABULARY_FOLDER = "vocabulary_folder"
 

@@ -79,7 +79,8 @@ from .tiny import (  # noqa: F401 (re-exported: the harness's interface)
     NUM_LABELS, NUM_PREDICTIONS, RUN_EAGERLY, SEED, SEQ, TINY_EMBEDDING, TINY_HEADS,
     TINY_HIDDEN, TINY_INTERMEDIATE, TINY_LAYERS, TINY_POSITIONS, TINY_VOCABULARY,
     TINY_WINDOW, TRAIN_STEPS, assert_outputs_close, backbone_inputs,
-    build_tiny, characters_per_token, config_value, head_input_names, input_names,
+    build_tiny, characters_per_token, config_value, extra_input_maker, head_input_names,
+    input_names,
     make_inputs, padding_mask, smallest_preset, tiny_overrides, to_numpy,
 )
 from .training import (  # noqa: F401 (re-exported)
@@ -480,7 +481,8 @@ def check_head(name, kind, backbone=None):
     # A head with inputs of its own (KagNet's graph) makes them: `synthetic_inputs(batch)`.
     own = model.synthetic_inputs(BATCH) if hasattr(model, "synthetic_inputs") else {}
     inputs = make_inputs([name for name in names if name not in own], vocabulary,
-                         leading=leading, characters_per_token=characters_per_token(backbone))
+                         leading=leading, characters_per_token=characters_per_token(backbone),
+                         extra=extra_input_maker(backbone))
     inputs.update(own)
     outputs = model(inputs, training=False)
     if kind in ("classification", "classification_distillation"):

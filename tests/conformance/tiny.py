@@ -161,14 +161,16 @@ def padding_mask(lengths=LENGTHS, seq=SEQ) -> np.ndarray:
 
 
 def make_inputs(names, vocabulary_size, seed=0, lengths=LENGTHS, seq=SEQ, leading=(),
-                characters_per_token=DEFAULT_CHARACTERS_PER_TOKEN):
+                characters_per_token=DEFAULT_CHARACTERS_PER_TOKEN, extra=None):
     """Synthetic int32 inputs named ``names``: random ``token_ids`` (0 on padding),
     ``padding_mask`` with ``lengths`` real tokens per row, ``segment_ids`` (a second segment
     from the middle of the row, 0 on padding), ``span_mask`` (the real tokens),
     ``character_ids`` [..., T, characters_per_token] (random ids in [1, CHARACTER_IDS), 0 on
     padded tokens), and the ``encoder_`` / ``decoder_`` token ids and padding masks of an
     encoder-decoder (both streams ``seq`` long with ``lengths``; the decoder's from another
-    seed). ``leading`` adds axes after the batch (e.g. the choices of multiple choice)."""
+    seed). ``leading`` adds axes after the batch (e.g. the choices of multiple choice).
+    ``extra`` (`extra_input_maker`) makes the inputs a backbone adds beyond these (e.g. an
+    entity stream aligned to the tokens)."""
     rng = np.random.default_rng(seed)
     mask = padding_mask(lengths, seq)
     shape = (len(lengths), *leading, seq)
@@ -191,12 +193,15 @@ def make_inputs(names, vocabulary_size, seed=0, lengths=LENGTHS, seq=SEQ, leadin
         elif name == "character_ids":
             characters = rng.integers(1, CHARACTER_IDS, (*shape, characters_per_token))
             values[name] = (characters * mask[..., None]).astype("int32")
+        elif extra is not None and (made := extra(name, mask, rng)) is not None:
+            values[name] = np.asarray(made).astype("int32")
         else:
             raise ValueError(f"The conformance harness does not know how to make the input "
                              f"{name!r}; known: token_ids, padding_mask, segment_ids, "
                              f"span_mask, character_ids and the encoder_/decoder_ token ids "
-                             f"and padding masks (extend tests/conformance/harness.py "
-                             f"make_inputs)")
+                             f"and padding masks (extend tests/conformance/tiny.py "
+                             f"make_inputs, or give the backbone class a "
+                             f"`conformance_inputs` hook)")
     return values
 
 
@@ -212,10 +217,25 @@ def characters_per_token(model) -> int:
     return int(config.get("max_characters_per_token", DEFAULT_CHARACTERS_PER_TOKEN))
 
 
+def extra_input_maker(backbone):
+    """The maker of the inputs a backbone adds beyond the harness's own, or None.
+
+    A backbone class with more inputs (e.g. ERNIE's entities aligned to its tokens) gives
+    itself a ``conformance_inputs(name, real_mask, rng, config)`` static method returning
+    an int array of ``real_mask``'s shape for each of its own input names (None for other
+    names); ``real_mask`` is 1 at real tokens, ``config`` the backbone's config."""
+    hook = getattr(type(backbone), "conformance_inputs", None)
+    if hook is None:
+        return None
+    config = backbone.get_config()
+    return lambda name, mask, rng: hook(name, mask, rng, config)
+
+
 def backbone_inputs(backbone, seed=0, lengths=LENGTHS, seq=SEQ):
     return make_inputs(input_names(backbone), config_value(backbone, "vocabulary_size"),
                        seed=seed, lengths=lengths, seq=seq,
-                       characters_per_token=characters_per_token(backbone))
+                       characters_per_token=characters_per_token(backbone),
+                       extra=extra_input_maker(backbone))
 
 
 def to_numpy(outputs):

@@ -15,6 +15,7 @@ from lmfactory import models
 
 from .tiny import (BATCH, LEARNING_RATE, NUM_CLASSES, NUM_PREDICTIONS, RUN_EAGERLY, SEED,
                    SEQ, TRAIN_STEPS, build_tiny, characters_per_token, config_value,
+                   extra_input_maker,
                    head_input_names, make_inputs)
 
 
@@ -164,7 +165,8 @@ def check_classification_training(name):
     classifier = arch.head("classification")(backbone, num_classes=NUM_CLASSES)
     x = make_inputs(head_input_names(classifier, backbone),
                     config_value(backbone, "vocabulary_size"),
-                    characters_per_token=characters_per_token(backbone))
+                    characters_per_token=characters_per_token(backbone),
+                    extra=extra_input_maker(backbone))
     labels = np.array([0, 2], dtype="int32")
     return check_loss_decreases(classifier, x, labels, what=f"{name} classification")
 
