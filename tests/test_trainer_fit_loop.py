@@ -185,9 +185,10 @@ def test_a_non_chief_worker_writes_its_outputs_to_a_removed_scratch_folder(tmp_p
     def train(context):
         seen.update(serving=context.fn_args.serving_model_dir,
                     run=context.fn_args.model_run_dir, backup=context.config.checkpoint_dir)
-        return {"written": True}
+        return {"vocab_dir": str(tmp_path / "vocab")}  # what every task kind's train returns
 
-    def write_outputs(fn_args, config, written):
+    def write_outputs(fn_args, config, vocab_dir):
+        assert vocab_dir == str(tmp_path / "vocab")  # no knowledge graph: the folder as is
         seen["written_to"] = fn_args.serving_model_dir
         assert tmp_path.as_posix() not in fn_args.serving_model_dir
         (Path(fn_args.serving_model_dir)).mkdir(parents=True)
