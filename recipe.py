@@ -16,6 +16,7 @@ from importlib import resources
 
 import yaml
 
+from lmfactory.components import beam_options
 from lmfactory.components import tasks as task_kinds
 from lmfactory.components.example_gen import formats as ingest_formats
 from lmfactory.components.trainer.checkpoints import KEEP_CHOICES
@@ -27,7 +28,7 @@ from lmfactory.recipe_lm_finetuning import check_lm_finetuning
 
 RECIPE_SUFFIX = ".yaml"
 FORMATS = ingest_formats.ALL_FORMATS  # text, tsv, csv, jsonl, tfds and the task formats
-RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")
+RUNNING_MODES = ("auto", "in_memory", "multi_threading", "multi_processing")
 
 # AdamW settings of a training stage (components/trainer/optimization.py): BERT's Adam
 # moments and epsilon, global-norm clipping at 1.0, linear decay to zero after the warmup.
@@ -73,8 +74,11 @@ DEFAULTS = {
                 # eval_steps eval batches at each checkpoint (the validation curve), and a
                 # progress line (step, loss, rate, ETA) at least every progress_seconds
                 "validate_checkpoints": True, "progress_seconds": 30,
-                "beam": {"direct_running_mode": "multi_processing", "direct_num_workers": 2,
-                         "extra_args": []}},
+                # auto: in_memory for a stage whose input is below in_memory_below_mb,
+                # multi_processing (direct_num_workers processes) above (beam_options.py)
+                "beam": {"direct_running_mode": "auto", "direct_num_workers": 2,
+                         "in_memory_below_mb": beam_options.DEFAULT_IN_MEMORY_BELOW_BYTES
+                         // 2**20, "extra_args": []}},
 }
 
 
@@ -560,13 +564,16 @@ def validate(recipe: dict) -> dict:
                                                 "e.g. loss or accuracy")
     check.choice("runtime.beam.direct_running_mode", RUNNING_MODES)
     check.positive_int("runtime.beam.direct_num_workers")
+    check.fraction("runtime.beam.in_memory_below_mb", 0.0, 1e9)
     if not isinstance(check.get("runtime.beam.extra_args"), list):
         raise RecipeError("runtime.beam.extra_args", "must be a list of --flag=value strings")
     return recipe
 
 
 def beam_pipeline_args(recipe: dict) -> list[str]:
+    """The Beam arguments of every Beam stage (``runtime.beam``; ``auto`` adds the size
+    policy of :mod:`lmfactory.components.beam_options`)."""
     beam = recipe["runtime"]["beam"]
-    return [f"--direct_running_mode={beam['direct_running_mode']}",
-            f"--direct_num_workers={beam['direct_num_workers']}",
-            *beam["extra_args"]]
+    return beam_options.policy_args(beam["direct_running_mode"], beam["direct_num_workers"],
+                                    beam["extra_args"],
+                                    int(beam["in_memory_below_mb"] * 2**20))

@@ -23,6 +23,7 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
+from lmfactory.components import beam_options
 from lmfactory.components.example_gen import formats
 from lmfactory.components.example_gen.counts import (choose_counts, counts_from_metrics,
                                                      counts_from_side_output)
@@ -77,7 +78,8 @@ def ingest(input_config: Any, output_dir: str, beam_pipeline_args: Optional[List
     input_fingerprint = fingerprint_inputs(input_config)
     counts_path = os.path.join(output_dir, _COUNTS_FILE_NAME)
     make_pipeline = make_pipeline or functools.partial(
-        beam.Pipeline, argv=list(beam_pipeline_args or []))
+        beam.Pipeline, argv=beam_options.resolve_args(
+            beam_pipeline_args, input_bytes(config), "TextExampleGen"))
     pipeline = make_pipeline()
     split_records = (read_tfds_splits(pipeline, config, builder) if config.is_tfds
                      else read_file_splits(pipeline, config))
@@ -107,6 +109,12 @@ def record_examples_properties(examples, report: Mapping[str, Any]) -> None:
     examples.set_string_custom_property(INPUT_FINGERPRINT_KEY, report["input_fingerprint"])
 
 
+def input_bytes(config: IngestConfig) -> Optional[int]:
+    """Bytes of the input files (None for a TFDS dataset): what the Beam mode policy reads
+    (``components/beam_options.py``)."""
+    return None if config.is_tfds else beam_options.input_size(config.input_globs)
+
+
 class Executor(base_beam_executor.BaseBeamExecutor):
     """TFX executor of TextExampleGen: exec properties -> :func:`ingest` -> Examples artifact."""
 
@@ -114,8 +122,10 @@ class Executor(base_beam_executor.BaseBeamExecutor):
            exec_properties: Dict[str, Any]) -> None:
         self._log_startup(input_dict, output_dict, exec_properties)
         examples = artifact_utils.get_single_instance(output_dict[EXAMPLES_KEY])
-        report = ingest(exec_properties[INPUT_CONFIG_KEY], examples.uri,
-                        make_pipeline=self._make_beam_pipeline)
+        input_config = exec_properties[INPUT_CONFIG_KEY]
+        size = input_bytes(parse_input_config(input_config))
+        report = ingest(input_config, examples.uri,
+                        make_pipeline=beam_options.executor_pipeline(self, size))
         expected_fingerprint = exec_properties.get(INPUT_FINGERPRINT_KEY)
         if expected_fingerprint and expected_fingerprint != report["input_fingerprint"]:
             logging.warning("Input files changed since the component was built (fingerprint "

@@ -33,6 +33,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
+from lmfactory.components import beam_options
 from lmfactory.components.artifacts import KnowledgeGraph
 
 EXAMPLES_KEY = "examples"  # the output
@@ -151,7 +152,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
                       for split in splits}
         link_examples(input_uris, graph_uri, output.uri,
                       json.loads(exec_properties[TEXT_FEATURES_KEY]),
-                      make_pipeline=self._make_beam_pipeline)
+                      make_pipeline=beam_options.executor_pipeline(
+                          self, beam_options.input_size(input_uris.values())))
         output.split_names = artifact_utils.encode_split_names(splits)
         examples_utils.set_payload_format(output,
                                           example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)

@@ -39,6 +39,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 from tfx.components.util import examples_utils
 
+from lmfactory.components import beam_options
 from lmfactory.components.pretraining_data import linked_documents, objectives
 from lmfactory.components.pretraining_data.features import (
     BOOL_KEYS, CONFIG_FILE, DEFAULT_CONFIG, VOCABULARY_DIR, resolve_config)
@@ -279,7 +280,9 @@ def generate_pretraining_examples(input_uri_by_split: dict, vocab_dir: str, outp
     """
     config = resolve_config(config)
     vocabulary = describe_vocabulary(vocab_dir, config["objective"])
-    make_pipeline = make_pipeline or _default_pipeline_factory(beam_pipeline_args)
+    make_pipeline = make_pipeline or _default_pipeline_factory(beam_options.resolve_args(
+        beam_pipeline_args, beam_options.input_size(input_uri_by_split.values()),
+        "PretrainingExampleGen"))
     stats_dir = os.path.join(output_uri, _STATS_DIR)
     with make_pipeline() as pipeline:
         for split, input_dir in sorted(input_uri_by_split.items()):
@@ -364,8 +367,10 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         splits = artifact_utils.decode_split_names(examples.split_names)
         input_uris = {split: artifact_utils.get_split_uri([examples], split) for split in splits}
         config = config_from_exec_properties(exec_properties)
+        make_pipeline = beam_options.executor_pipeline(
+            self, beam_options.input_size(input_uris.values()))
         generate_pretraining_examples(input_uris, vocabulary.uri, output.uri, config,
-                                      make_pipeline=self._make_beam_pipeline)
+                                      make_pipeline=make_pipeline)
         output.split_names = artifact_utils.encode_split_names(splits)
         examples_utils.set_payload_format(output, example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
         output.set_string_custom_property("objective", config["objective"])

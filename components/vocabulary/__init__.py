@@ -1,10 +1,22 @@
 """Vocabulary learning (WordPiece, byte-level BPE, SentencePiece, whole words; or the
-fixed byte vocabulary) as a Beam-powered TFX component."""
+fixed byte vocabulary) as a Beam-powered TFX component.
 
-from lmfactory.components.vocabulary.component import VocabularyGen, VocabularyGenSpec
-from lmfactory.components.vocabulary.executor import (Executor, VocabularyConfig,
-                                                      add_vocabulary_pipeline,
-                                                      learn_vocabulary)
+The names below are imported on first use: a Beam SDK worker unpickling the counting step
+(``counting.py``) imports this package, and must not pay for TFX and TensorFlow (issue 17).
+"""
 
-__all__ = ["Executor", "VocabularyConfig", "VocabularyGen", "VocabularyGenSpec",
-           "add_vocabulary_pipeline", "learn_vocabulary"]
+import importlib
+
+_EXPORTS = {"VocabularyGen": "component", "VocabularyGenSpec": "component",
+            "Executor": "executor", "VocabularyConfig": "executor",
+            "add_vocabulary_pipeline": "executor", "learn_vocabulary": "executor"}
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)

@@ -133,11 +133,31 @@ def pretokenize_lines(lines: Iterable[str],
 def count_words(lines: Iterable[str],
                 special_tokens: Sequence[str] = (END_OF_TEXT,)) -> dict[str, int]:
     """Counts of the words of ``lines`` in GPT-2's byte alphabet: the same counts as
-    ``Counter(pretokenize_lines(lines))``, with each distinct word spelled only once."""
-    counts = collections.Counter()
+    ``Counter(pretokenize_lines(lines))``.
+
+    The steps of :func:`_split_chunk`, reordered so that Python runs once per distinct
+    piece, not once per piece: the regex split's pieces are counted (in C), then each
+    distinct piece has its last whitespace character cut off and is spelled in bytes.
+    """
+    pieces = collections.Counter()
     for line in lines:
-        counts.update(split_words(line, special_tokens))
-    return {bytes_to_symbols(word): count for word, count in counts.items()}
+        chunks = [line]
+        for token in special_tokens:
+            if token in line:
+                chunks = [part for chunk in chunks for part in chunk.split(token)]
+        for chunk in chunks:
+            if chunk:
+                marked = _MARK_WORD_START.sub(_MARKER + r"\1\2", chunk)
+                pieces.update(_WORD_OR_GAP.split(_MARK_TRAILING.sub(r"\1" + _MARKER, marked)))
+    words = collections.Counter()
+    for piece, count in pieces.items():
+        if len(piece) > 1 and piece[-1] in _LAST_SPACE_CHARACTERS:
+            words[piece[:-1]] += count
+            words[piece[-1]] += count
+        elif piece:
+            words[piece] += count
+    words.pop(_MARKER, None)
+    return {bytes_to_symbols(word): count for word, count in words.items()}
 
 
 def special_token_layout(special_tokens: Mapping[str, str] | None) -> tuple[list[str], bool]:

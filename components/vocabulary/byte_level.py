@@ -11,7 +11,6 @@ dozen characters (Tiny Shakespeare: 65) or the whole byte range.
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 from typing import Iterable, Mapping
@@ -27,15 +26,6 @@ STATISTICS_FILE = "byte_counts.json"
 def vocabulary_size(special_tokens: Mapping[str, str]) -> int:
     """256 byte values plus the distinct special tokens."""
     return tokenizers.BYTE_VALUES + len(tokenizers.unique_special_tokens(dict(special_tokens)))
-
-
-def count_bytes(lines: Iterable[str]) -> list[tuple[str, int]]:
-    """(byte, count) pairs over the UTF-8 bytes of ``lines``, each byte spelled as its
-    token (``chr(value)``, see ``Utf8ByteTokenizer.get_vocabulary``)."""
-    counts = collections.Counter()
-    for line in lines:
-        counts.update(line.encode("utf-8"))
-    return [(chr(value), count) for value, count in counts.items()]
 
 
 def tokenizer_config(special_tokens: Mapping[str, str] | None = None) -> dict:

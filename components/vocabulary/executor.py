@@ -3,8 +3,10 @@ SentencePiece files (or, for the ``byte`` kind, byte counts -> a fixed byte voca
 
 The scalable part runs in Beam: read the GZIP TFRecords of the chosen splits, pull the text
 features, pre-tokenize lines into words (in batches, with the tokenizer's own splitting
-rules), count words with a combiner (``CombinePerKey(sum)``, lifted before the shuffle on
-Dataflow / Flink / Spark) and keep the ``max_unique_words`` most frequent. The learner then
+rules) and sum them per bundle (``counting.CountWordsFn``, on workers that import no
+TensorFlow unless the kind's splitting needs it), count words with a combiner
+(``CombinePerKey(sum)``, lifted before the shuffle on Dataflow / Flink / Spark) and keep the
+``max_unique_words`` most frequent. The learner then
 runs once, on that (word, count) list, and writes the vocabulary folder (CONTRACTS §2).
 Each kind's counting, learner and checks are its record in the learner registry
 (``learners.py``).
@@ -25,6 +27,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
+from lmfactory.components import beam_options
+from lmfactory.components.vocabulary.counting import CountSettings, CountWordsFn
 from lmfactory.components.vocabulary.learners import LEARNERS
 from lmfactory.models import tokenizers
 from lmfactory.models.tokenizers.config import is_special_role
@@ -32,7 +36,6 @@ from lmfactory.models.tokenizers.config import is_special_role
 EXAMPLES_KEY = "examples"
 EXTRA_EXAMPLES_KEY = "extra_examples"  # optional: a second corpus counted with the first
 VOCABULARY_KEY = "vocabulary"
-_LINES_PER_BATCH = 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +71,12 @@ class VocabularyConfig:
                              f"got {self.vocab_size}")
         if not self.text_features or not self.splits:
             raise ValueError("text_features and splits must each name at least one entry")
+
+    @property
+    def count_settings(self) -> CountSettings:
+        """What the Beam workers' counting reads (a light, TensorFlow-free copy)."""
+        return CountSettings(self.kind, self.lowercase, self.strip_accents,
+                             self.resolved_special_tokens)
 
     @property
     def resolved_special_tokens(self) -> dict:
@@ -126,20 +135,6 @@ def _check_special_tokens(kind: str, special_tokens) -> dict:
 
 
 # --- Pure steps (run on Beam workers) ----------------------------------------------------
-def text_lines(serialized_example: bytes, text_features: Sequence[str]) -> Iterator[str]:
-    """Non-blank lines of the named bytes features of one serialized ``tf.train.Example``."""
-    import tensorflow as tf
-
-    features = tf.train.Example.FromString(serialized_example).features.feature
-    for name in text_features:
-        if name not in features:
-            continue
-        for value in features[name].bytes_list.value:
-            for line in value.decode("utf-8", errors="replace").split("\n"):
-                if line.strip():
-                    yield line
-
-
 def count_words(lines: Sequence[str], config: VocabularyConfig) -> list[tuple[str, int]]:
     """Pre-tokenizes a batch of lines the way the tokenizer of ``config.kind`` will, and
     counts the words within the batch (less data to shuffle than one record per word)."""
@@ -196,10 +191,9 @@ def add_vocabulary_pipeline(pipeline: beam.Pipeline, file_patterns: Mapping[str,
                for split, pattern in file_patterns.items()]
     word_counts = (
         records | "Flatten" >> beam.Flatten()
-        | "TextLines" >> beam.FlatMap(text_lines, config.text_features)
-        | "Batch" >> beam.BatchElements(min_batch_size=_LINES_PER_BATCH // 8,
-                                        max_batch_size=_LINES_PER_BATCH)
-        | "PreTokenize" >> beam.FlatMap(count_words, config)
+        | "CountInBundle" >> beam.ParDo(CountWordsFn(LEARNERS[config.kind].count,
+                                                     config.count_settings,
+                                                     config.text_features))
         | "CountWords" >> beam.CombinePerKey(sum))
     return (word_counts
             | "MostFrequent" >> beam.combiners.Top.Of(config.max_unique_words,
@@ -213,7 +207,10 @@ def learn_vocabulary(file_patterns: Mapping[str, str], output_dir: str,
                      beam_pipeline_args: Sequence[str] | None = None) -> dict:
     """Runs the vocabulary pipeline (DirectRunner unless ``beam_pipeline_args`` say otherwise)
     and returns the written ``tokenizer.json`` content."""
-    with beam.Pipeline(argv=list(beam_pipeline_args or [])) as pipeline:
+    args = beam_options.resolve_args(beam_pipeline_args,
+                                     beam_options.input_size(file_patterns.values()),
+                                     "VocabularyGen")
+    with beam.Pipeline(argv=args) as pipeline:
         add_vocabulary_pipeline(pipeline, file_patterns, output_dir, config)
     return tokenizers.read_tokenizer_config(output_dir)
 
@@ -249,7 +246,9 @@ class Executor(base_beam_executor.BaseBeamExecutor):
         for extra in input_dict.get(EXTRA_EXAMPLES_KEY) or []:
             file_patterns.update({f"extra {split}": pattern for split, pattern in
                                   split_file_patterns(extra, config.splits).items()})
-        with self._make_beam_pipeline() as pipeline:
+        make_pipeline = beam_options.executor_pipeline(
+            self, beam_options.input_size(file_patterns.values()))
+        with make_pipeline() as pipeline:
             add_vocabulary_pipeline(pipeline, file_patterns, vocabulary.uri, config)
         vocabulary.set_string_custom_property("kind", config.kind)
         vocabulary.set_int_custom_property("vocabulary_size", vocabulary_size(vocabulary.uri))

@@ -9,13 +9,13 @@ The registry, `LEARNERS`, is filled here on import (no lazy gaps), in the order 
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import os
 from typing import Callable, Mapping, Optional
 
-from lmfactory.components.vocabulary import bpe, byte_level, sentence_piece, word, wordpiece
+from lmfactory.components.vocabulary import (bpe, byte_level, counting, sentence_piece, word,
+                                             wordpiece)
 from lmfactory.models import tokenizers
 
 
@@ -60,11 +60,6 @@ def _file_size(output_dir: str, settings: dict, key: str, measure: Callable) -> 
 
 
 # --- wordpiece ---------------------------------------------------------------------------
-def _count_wordpiece(lines, config) -> list:
-    return list(collections.Counter(wordpiece.pretokenize_lines(
-        lines, config.lowercase, config.strip_accents)).items())
-
-
 def _learn_wordpiece(word_counts, output_dir: str, config, source: str) -> dict:
     specials = config.resolved_special_tokens
     vocabulary = wordpiece.learn_vocabulary(word_counts, config.vocab_size,
@@ -75,11 +70,6 @@ def _learn_wordpiece(word_counts, output_dir: str, config, source: str) -> dict:
 
 
 # --- sentencepiece -----------------------------------------------------------------------
-def _count_sentencepiece(lines, config) -> list:
-    return list(collections.Counter(sentence_piece.pretokenize_lines(
-        lines, config.lowercase, config.strip_accents)).items())
-
-
 def _learn_sentencepiece(word_counts, output_dir: str, config, source: str) -> dict:
     specials = config.resolved_special_tokens
     model = sentence_piece.learn_model(word_counts, config.vocab_size, specials)
@@ -96,12 +86,6 @@ def _sentencepiece_size(output_dir: str, settings: dict) -> int:
 
 
 # --- bpe ---------------------------------------------------------------------------------
-def _count_bpe(lines, config) -> list:
-    # Counted before spelling in bytes: each distinct word is converted once.
-    special_tokens, _ = bpe.special_token_layout(config.resolved_special_tokens)
-    return list(bpe.count_words(lines, special_tokens).items())
-
-
 def _learn_bpe(word_counts, output_dir: str, config, source: str) -> dict:
     specials = config.resolved_special_tokens
     special_tokens, first = bpe.special_token_layout(specials)
@@ -112,11 +96,6 @@ def _learn_bpe(word_counts, output_dir: str, config, source: str) -> dict:
 
 
 # --- byte --------------------------------------------------------------------------------
-def _count_byte(lines, config) -> list:
-    del config  # the "words" are bytes: their counts are the statistics
-    return byte_level.count_bytes(lines)
-
-
 def _write_byte(word_counts, output_dir: str, config, source: str) -> dict:
     # Nothing to learn: the byte statistics are recorded.
     byte_level.write_files(output_dir, word_counts, source)
@@ -131,10 +110,6 @@ def _check_byte_vocab_size(vocab_size: int, special_tokens) -> None:
 
 
 # --- word --------------------------------------------------------------------------------
-def _count_word(lines, config) -> list:
-    return word.count_lines(lines, config.lowercase, config.resolved_special_tokens)
-
-
 def _learn_word(word_counts, output_dir: str, config, source: str) -> dict:
     specials = config.resolved_special_tokens
     tokens, counts = word.learn_vocabulary(word_counts, config.vocab_size,
@@ -144,22 +119,22 @@ def _learn_word(word_counts, output_dir: str, config, source: str) -> dict:
 
 
 LEARNERS = {learner.kind: learner for learner in (
-    Learner("wordpiece", wordpiece.SPECIAL_TOKENS, _count_wordpiece, _learn_wordpiece,
+    Learner("wordpiece", wordpiece.SPECIAL_TOKENS, counting.count_wordpiece, _learn_wordpiece,
             lambda output_dir, settings: _file_size(output_dir, settings, "vocabulary_file",
                                                     lambda f: sum(1 for _ in f)),
             needs_unk=True),
-    Learner("bpe", bpe.SPECIAL_TOKENS, _count_bpe, _learn_bpe,
+    Learner("bpe", bpe.SPECIAL_TOKENS, counting.count_bpe, _learn_bpe,
             lambda output_dir, settings: _file_size(output_dir, settings, "vocabulary_file",
                                                     lambda f: len(json.load(f))),
             min_symbols=len(bpe.BYTE_SYMBOLS)),
-    Learner("sentencepiece", sentence_piece.SPECIAL_TOKENS, _count_sentencepiece,
+    Learner("sentencepiece", sentence_piece.SPECIAL_TOKENS, counting.count_sentencepiece,
             _learn_sentencepiece, _sentencepiece_size, needs_unk=True),
-    Learner("byte", byte_level.SPECIAL_TOKENS, _count_byte, _write_byte,
+    Learner("byte", byte_level.SPECIAL_TOKENS, counting.count_byte, _write_byte,
             lambda output_dir, settings: byte_level.vocabulary_size(
                 settings.get("special_tokens", {})),
             check_special_tokens=tokenizers.check_byte_special_tokens,
             check_vocab_size=_check_byte_vocab_size),
-    Learner("word", word.SPECIAL_TOKENS, _count_word, _learn_word,
+    Learner("word", word.SPECIAL_TOKENS, counting.count_word, _learn_word,
             lambda output_dir, settings: _file_size(output_dir, settings, "vocabulary_file",
                                                     lambda f: sum(1 for _ in f)),
             needs_unk=True, check_special_tokens=word.check_special_tokens),

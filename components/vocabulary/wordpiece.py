@@ -32,6 +32,20 @@ JOINER = "##"
 MAX_TOKEN_LENGTH = 50  # the learner's default: longer words are left out
 
 
+def _split(lines: Sequence[str], lowercase: bool, strip_accents: bool):
+    """The words of a batch of lines as a flat array of UTF-8 bytes (empty ones included)."""
+    import tensorflow as tf
+    from keras_hub.src.tokenizers.word_piece_tokenizer import pretokenize
+
+    from lmfactory.models.tokenizers import bert_normalize
+
+    normalized = bert_normalize(tf.constant(list(lines)), lowercase=lowercase,
+                                strip_accents=strip_accents)
+    words = pretokenize(normalized, lowercase=False, strip_accents=False, split=True,
+                        split_on_cjk=True)
+    return words.flat_values.numpy()
+
+
 def pretokenize_lines(lines: Sequence[str], lowercase: bool = True,
                       strip_accents: bool = True) -> list[str]:
     """Splits a batch of lines into words exactly as ``BertWordPieceTokenizer`` does.
@@ -40,18 +54,19 @@ def pretokenize_lines(lines: Sequence[str], lowercase: bool = True,
     characters dropped, Unicode spaces, accents, lowercase), then keras-hub's split on
     whitespace / punctuation / CJK (tf-text ops), on the whole batch at once.
     """
-    import tensorflow as tf
-    from keras_hub.src.tokenizers.word_piece_tokenizer import pretokenize
-
-    from lmfactory.models.tokenizers import bert_normalize
-
     if not lines:
         return []
-    normalized = bert_normalize(tf.constant(list(lines)), lowercase=lowercase,
-                                strip_accents=strip_accents)
-    words = pretokenize(normalized, lowercase=False, strip_accents=False, split=True,
-                        split_on_cjk=True)
-    return [word.decode("utf-8") for word in words.flat_values.numpy() if word]
+    return [word.decode("utf-8") for word in _split(lines, lowercase, strip_accents) if word]
+
+
+def count_lines(lines: Sequence[str], lowercase: bool = True,
+                strip_accents: bool = True) -> list[tuple[str, int]]:
+    """(word, count) pairs of the words of :func:`pretokenize_lines`: counted as bytes,
+    each distinct word decoded once."""
+    if not lines:
+        return []
+    counts = collections.Counter(_split(lines, lowercase, strip_accents).tolist())
+    return [(word.decode("utf-8"), count) for word, count in counts.items() if word]
 
 
 COUNTINGS = ("remainders", "tensorflow_text")
