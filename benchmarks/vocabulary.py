@@ -15,8 +15,12 @@ GPT-2 byte alphabet and split for BPE.
 Rows (the time of one call; every row learns from the same lines):
 
 * ``Beam multi_processing`` / ``Beam in_memory``: ``executor.learn_vocabulary`` on the
-  ingested Examples (GZIP TFRecords) with the DirectRunner, 2 worker processes as the
-  pipeline runs it, or in this process. Ingestion (``example_gen.executor.ingest``) is
+  ingested Examples (GZIP TFRecords) with the DirectRunner, 2 worker processes, or in this
+  process. ``Beam policy``: the recipe default (``runtime.beam.direct_running_mode: auto``,
+  ``components/beam_options.py``), which picks in_memory below the size threshold and 2
+  worker processes above it; the row names the mode it picked. It is timed in pairs with
+  the Rust trainer (Rust, Beam, Rust, Beam: the best of each), and its ratio is to that
+  best Rust time; the 1-minute load average is printed beside each kind and scale. Ingestion (``example_gen.executor.ingest``) is
   timed on its own. A run on a 10-line corpus measures the runner's fixed cost.
 * ``in-process``: the same functions the Beam steps call (``executor.count_words`` on
   512-line batches, then ``executor.learn_and_write``), in this process without Beam;
@@ -59,7 +63,9 @@ MIN_FREQUENCY = 2
 KERAS_NLP_MIN_FREQUENCY = 10  # compute_word_piece_vocabulary's learner default, not settable
 BEAM_MODES = {"multi_processing": ["--direct_running_mode=multi_processing",
                                    "--direct_num_workers=2"],
-              "in_memory": ["--direct_running_mode=in_memory"]}
+              "in_memory": ["--direct_running_mode=in_memory"],
+              "policy": None}  # the recipe default's arguments, see beam_args()
+PAIRS = 2  # (Rust, Beam policy) pairs timed at each scale
 LINES_PER_DOCUMENT = 10
 BATCH_LINES = 512  # as the Beam pipeline batches lines before counting
 WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -116,11 +122,31 @@ def config(kind: str):
     return VocabularyConfig(kind=kind, vocab_size=VOCAB_SIZE, min_frequency=MIN_FREQUENCY)
 
 
+def beam_args(mode: str) -> list:
+    """The Beam arguments of ``mode``; ``policy``: the recipe default's (the size policy)."""
+    from lmfactory.components import beam_options
+
+    if mode == "policy":
+        return beam_options.policy_args(beam_options.AUTO, 2, [])
+    return BEAM_MODES[mode]
+
+
+def policy_choice(patterns: dict) -> str:
+    """The DirectRunner mode the policy picks for these input files."""
+    from lmfactory.components import beam_options
+
+    args = beam_options.resolve_args(beam_args("policy"),
+                                     beam_options.input_size(patterns.values()))
+    return next(arg.split("=", 1)[1] for arg in args
+                if arg.startswith("--direct_running_mode="))
+
+
 def learn_beam(kind: str, patterns: dict, out_dir: str, mode: str) -> float:
     from lmfactory.components.vocabulary import executor
 
+    shutil.rmtree(out_dir, ignore_errors=True)
     started = time.perf_counter()
-    executor.learn_vocabulary(patterns, out_dir, config(kind), BEAM_MODES[mode])
+    executor.learn_vocabulary(patterns, out_dir, config(kind), beam_args(mode))
     return time.perf_counter() - started
 
 
@@ -289,7 +315,8 @@ def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False) -> common.Re
                 for learner, seconds in record[kind]["seconds"].items():
                     rust = record[kind]["seconds"]["tokenizers (Rust)"]
                     rows.append([kind, f"{scale}x", len(lines), learner, seconds,
-                                 1e6 * seconds / words, seconds / rust])
+                                 1e6 * seconds / words, seconds / rust,
+                                 record[kind]["load"]])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = common.Result(name="Vocabulary learning", tables=[], figures=figures)
@@ -305,7 +332,7 @@ def beam_fixed_cost(work: str, quick: bool) -> dict:
     folder = os.path.join(work, "tiny")
     os.makedirs(folder)
     patterns, _ = ingest(training_lines(1, True)[:10], folder, "in_memory")
-    modes = ["in_memory"] if quick else list(BEAM_MODES)
+    modes = ["in_memory", "policy"] if quick else list(BEAM_MODES)
     return {mode: learn_beam("wordpiece", patterns, os.path.join(folder, mode), mode)
             for mode in modes}
 
@@ -313,14 +340,26 @@ def beam_fixed_cost(work: str, quick: bool) -> dict:
 def measure_kind(kind, lines, patterns, scale_dir, quick, modes, with_keras_nlp, held_out):
     """All learners of one kind at one scale: seconds, and quality when ``held_out``."""
     seconds, quality, notes = {}, {}, {}
+    load = os.getloadavg()[0]
     rust_seconds, rust = learn_rust(kind, lines)
+    policy_dir = os.path.join(scale_dir, f"{kind}_beam_policy")
+    policy_label = f"Beam policy ({policy_choice(patterns)})"
+    policy_seconds = []
+    for _ in range(0 if quick else PAIRS):  # Rust, Beam, Rust, Beam, ...: best of each
+        policy_seconds.append(learn_beam(kind, patterns, policy_dir, "policy"))
+        rust_seconds = min(rust_seconds, learn_rust(kind, lines)[0])
     seconds["tokenizers (Rust)"] = rust_seconds
+    if policy_seconds:
+        seconds[policy_label] = min(policy_seconds)
     in_process_dir = os.path.join(scale_dir, f"{kind}_in_process")
     in_process = learn_in_process(kind, lines, in_process_dir)
     seconds["in-process"] = in_process["seconds"]
     seconds["in-process: counting"] = in_process["counting"]
     seconds["in-process: learning"] = in_process["learning"]
     project_tokens = read_vocabulary(in_process_dir)
+    if policy_seconds:
+        notes[f"{policy_label} same vocabulary as in-process"] = (
+            read_vocabulary(policy_dir) == project_tokens)
     for mode in modes:
         beam_dir = os.path.join(scale_dir, f"{kind}_beam_{mode}")
         seconds[f"Beam {mode}"] = learn_beam(kind, patterns, beam_dir, mode)
@@ -332,7 +371,8 @@ def measure_kind(kind, lines, patterns, scale_dir, quick, modes, with_keras_nlp,
         seconds["tf-text counting: learning"], reference = reference_wordpiece(
             in_process["word_counts"])
         notes["tf-text counting same vocabulary"] = reference == project_tokens
-    record = {"seconds": seconds, "notes": notes}
+    record = {"seconds": seconds, "notes": notes,
+              "load": round((load + os.getloadavg()[0]) / 2, 2)}
     if held_out is not None:
         quality["project"] = tokens_per_word_project(in_process_dir, held_out)
         quality["tokenizers (Rust)"] = tokens_per_word_rust(rust, held_out)
@@ -347,13 +387,17 @@ def make_tables(rows, figures, scales) -> list:
     timing = common.Table(
         title="Vocabulary learning time (vocabulary size 8,000)",
         columns=["kind", "scale", "lines", "learner", "seconds", "µs / word",
-                 "/ tokenizers (Rust)"],
+                 "/ tokenizers (Rust)", "load avg (1 min)"],
         rows=rows, digits=3,
-        note=("One call each. 'in-process: counting / learning' split the 'in-process' "
+        note=("One call each, except 'Beam policy' and the Rust trainer: best of "
+              f"{PAIRS} calls timed in pairs (Rust, Beam, Rust, Beam). The machine has "
+              f"{os.cpu_count()} cores; 'load avg' is the 1-minute load average around the "
+              "kind's rows (other jobs running). "
+              "'in-process: counting / learning' split the 'in-process' "
               "row; 'tf-text counting: learning' is the learning part alone, with "
               "tensorflow-text's own counting (before this change), 1x only. keras-nlp "
               "at 1x only (~50x the Rust time); Beam multi_processing at the smallest and "
-              "largest scale (~25 s of worker start-up a run), Beam in_memory up to 4x. "
+              "largest scale, Beam in_memory up to 4x. "
               f"Beam fixed cost (10-line corpus, WordPiece): " + ", ".join(
                   f"{mode} {seconds:.1f} s" for mode, seconds in
                   figures["fixed_cost"].items()) + "."))
@@ -413,6 +457,15 @@ def findings(figures, scales) -> list:
     for kind in KINDS:
         at = {scale: figures["scales"][scale][kind]["seconds"] for scale in scales}
         rust = {scale: at[scale]["tokenizers (Rust)"] for scale in scales}
+        policy = {scale: next((name for name in at[scale] if name.startswith("Beam policy")),
+                              None) for scale in scales}
+        if all(policy.values()):
+            ratios = ", ".join(f"{at[scale][policy[scale]] / rust[scale]:.2f}x at {scale}x "
+                               f"({policy[scale][len('Beam policy ('):-1]}, load "
+                               f"{figures['scales'][scale][kind]['load']:.1f})"
+                               for scale in scales)
+            notes.append(f"{kind}: Beam with the mode policy (the recipe default) takes "
+                         f"{ratios} the Rust trainer's time.")
         for learner in ("in-process", "Beam multi_processing", "Beam in_memory"):
             if learner not in at[first]:
                 continue

@@ -133,6 +133,12 @@ def count_word(lines: Sequence[str], config) -> list[tuple[str, int]]:
     return word.count_lines(lines, config.lowercase, config.resolved_special_tokens)
 
 
+def frequency_rank(word_count: tuple[str, int]) -> tuple[int, str]:
+    """The key of the top-k step (here, so that the workers running it stay light)."""
+    word, count = word_count
+    return count, word  # ties cut by the word, so the kept set does not depend on the runner
+
+
 # --- The Beam step ------------------------------------------------------------------------
 class CountWordsFn(beam.DoFn):
     """Serialized Examples -> (word, count) pairs of a whole bundle.
@@ -183,4 +189,5 @@ class CountWordsFn(beam.DoFn):
 
 
 __all__ = ["CountSettings", "CountWordsFn", "LINES_PER_BATCH", "count_bpe", "count_byte",
-           "count_sentencepiece", "count_word", "count_wordpiece", "text_lines"]
+           "count_sentencepiece", "count_word", "count_wordpiece", "frequency_rank",
+           "text_lines"]

@@ -28,7 +28,8 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import artifact_utils
 
 from lmfactory.components import beam_options
-from lmfactory.components.vocabulary.counting import CountSettings, CountWordsFn
+from lmfactory.components.vocabulary.counting import (CountSettings, CountWordsFn,
+                                                      frequency_rank)
 from lmfactory.components.vocabulary.learners import LEARNERS
 from lmfactory.models import tokenizers
 from lmfactory.models.tokenizers.config import is_special_role
@@ -141,11 +142,6 @@ def count_words(lines: Sequence[str], config: VocabularyConfig) -> list[tuple[st
     return LEARNERS[config.kind].count(lines, config)
 
 
-def _frequency_rank(word_count: tuple[str, int]) -> tuple[int, str]:
-    word, count = word_count
-    return count, word  # ties cut by the word, so the kept set does not depend on the runner
-
-
 def learn_and_write(word_counts: list[tuple[str, int]], output_dir: str,
                     config: VocabularyConfig, source: str) -> str:
     """Runs the learner once on the counted words and writes the vocabulary folder."""
@@ -197,7 +193,7 @@ def add_vocabulary_pipeline(pipeline: beam.Pipeline, file_patterns: Mapping[str,
         | "CountWords" >> beam.CombinePerKey(sum))
     return (word_counts
             | "MostFrequent" >> beam.combiners.Top.Of(config.max_unique_words,
-                                                      key=_frequency_rank)
+                                                      key=frequency_rank)
             | "LearnAndWrite" >> beam.Map(learn_and_write, output_dir, config,
                                           _describe(file_patterns)))
 
