@@ -2,10 +2,11 @@
 
 from pathlib import Path
 
+# direct_running_mode=auto: the recipe default; these small inputs run in_memory (beam_options)
 TINY_TRAINING = [
     "pretraining.steps=12", "pretraining.batch_size=8", "pretraining.eval_steps=2",
     "finetuning.steps=12", "finetuning.batch_size=8", "finetuning.eval_steps=2",
-    "runtime.steps_per_checkpoint=6", "runtime.beam.direct_running_mode=in_memory",
+    "runtime.steps_per_checkpoint=6", "runtime.beam.direct_running_mode=auto",
     "runtime.beam.direct_num_workers=1", "objective.max_seq_length=32",
     "objective.dupe_factor=1", "objective.max_predictions_per_seq=5",
     "overrides={max_sequence_length: 64}",
