@@ -30,10 +30,12 @@ from typing import Iterable, Sequence
 AUTO = "auto"
 POLICY_FLAG = "--lmfactory_in_memory_below_bytes"
 # Input bytes (as stored: GZIP TFRecords, or the raw files an ingestion reads) below which a
-# stage runs in_memory. Measured with benchmarks/vocabulary.py (docs/benchmarks/report.md,
-# "Vocabulary learning"): on 2 cores in_memory is faster than 2 worker processes for every
-# corpus measured (up to 16x the demo corpus, 6.1 MB of TFRecords).
-DEFAULT_IN_MEMORY_BELOW_BYTES = 64 * 1024 * 1024
+# stage runs in_memory. Two workers save at most half of the single-process work; at the
+# vocabulary counting rates of docs/benchmarks/report.md (0.5 s per MB of TFRecords for
+# WordPiece, 0.85 s for BPE, one process) that half equals the 9.5 s worker start-up at 20 to
+# 40 MB. On the 2-core test machine in_memory was the faster mode at every measured size (up
+# to the 16x corpus, 6.1 MB).
+DEFAULT_IN_MEMORY_BELOW_BYTES = 32 * 1024 * 1024
 _DIRECT_RUNNERS = (None, "DirectRunner", "direct", "SwitchingDirectRunner",
                    "BundleBasedDirectRunner")
 

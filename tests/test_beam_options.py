@@ -137,3 +137,18 @@ def test_a_bpe_counting_worker_imports_no_tensorflow():
     counts, imported = result.stdout.decode().strip().splitlines()[-2:]
     assert counts == str(sorted(executor.count_words(["Hello hello world"], config)))
     assert imported == "False False"
+
+
+def test_a_tfx_beam_executor_gets_the_resolved_arguments(monkeypatch):
+    from apache_beam.options.pipeline_options import DirectOptions
+    from tfx.dsl.components.base import base_beam_executor
+    from tfx.utils import dependency_utils
+
+    monkeypatch.setattr(dependency_utils, "make_beam_dependency_flags", list)
+    args = beam_options.policy_args("auto", 2, [], in_memory_below_bytes=1000)
+    for size, mode, workers in ((10, "in_memory", 1), (5000, "multi_processing", 2)):
+        stage = executor.Executor(base_beam_executor.BaseBeamExecutor.Context(
+            beam_pipeline_args=args))
+        options = beam_options.executor_pipeline(stage, size)().options.view_as(DirectOptions)
+        assert (options.direct_running_mode, options.direct_num_workers) == (mode, workers)
+        assert not any(beam_options.POLICY_FLAG in arg for arg in stage._beam_pipeline_args)
