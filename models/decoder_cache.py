@@ -54,7 +54,8 @@ def write_positions(state, layer, columns, index):
     every = 0b110101  # axes 0, 2, 4, 5 (batch, key/value, heads, head_dim) in full
     return tf.raw_ops.TensorStridedSliceUpdate(
         input=state, begin=begin, end=end, strides=tf.ones([6], "int32"),
-        value=ops.expand_dims(columns, 1), begin_mask=every, end_mask=every)
+        value=ops.expand_dims(ops.cast(columns, state.dtype), 1), begin_mask=every,
+        end_mask=every)
 
 
 def self_attention_keys_values(block, x):
@@ -62,7 +63,10 @@ def self_attention_keys_values(block, x):
     self-attention computes from its input ``x`` [batch, n, hidden]: its key and value
     projections of ``x`` (after the block's first LayerNorm in a pre-LN block). Works for
     keras-nlp's `TransformerDecoder` and blocks with the same sub-layers
-    (``_self_attention_layer_norm``, ``_self_attention_layer``, ``normalize_first``)."""
+    (``_self_attention_layer_norm``, ``_self_attention_layer``, ``normalize_first``); a
+    block with a ``self_attention_keys_values(x)`` method (T5's) computes them itself."""
+    if hasattr(block, "self_attention_keys_values"):
+        return block.self_attention_keys_values(x)
     if block.normalize_first:
         x = block._self_attention_layer_norm(x)
     attention = block._self_attention_layer
