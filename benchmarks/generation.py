@@ -271,7 +271,7 @@ def run(scales=(1, 4, 16), out_dir="benchmark_results", quick=False):
     os.makedirs(out_dir, exist_ok=True)
     argv = ["--batch-sizes", "8", "--lengths"] + (["32", "128"] if quick else
                                                   ["32", "128", "512"])
-    argv += ["--repeats", "1" if quick else "3", "--keras-hub-xla"]
+    argv += ["--repeats", "1" if quick else "5", "--budget", "25", "--keras-hub-xla"]
     args = parse_args(argv)
     title, rows, _ = measure(args)
     columns = COLUMNS + ["keras-hub XLA ms/token"]
