@@ -1,21 +1,30 @@
 """The decoding state of a stack of Transformer decoder blocks: its key/value cache, shared by
-every Transformer decoder backbone (GPT-2, GPT-1, GPT-3, the character Transformer). This is
-the Transformer's implementation of the decoding-state protocol of `models/generation.py`
-(``initial_state`` / ``call_with_state``), which `CausalLMGeneration.generate_ids` decodes
-with.
+every Transformer decoder (GPT-2, GPT-1, GPT-3, the character Transformer, and the decoders
+of the Transformer and T5 encoder-decoders). This is the Transformer's implementation of the
+decoding-state protocol of `models/generation.py` (``initial_state`` / ``call_with_state``),
+which `CausalLMGeneration.generate_ids` decodes with.
 
-Left-to-right decoding computes the keys and values of a position once: each block's
-cached attention (keras-nlp's `CachedMultiHeadAttention`, or the banded
-`SparseMultiHeadAttention` of GPT-3) writes those of the new positions into its slice of
-the cache and attends over everything cached so far (keras-nlp's `self_attention_cache` /
-`self_attention_cache_update_index` arguments of `TransformerDecoder.call`, with the causal
-mask taken relative to the update index). The state of the whole stack is one tensor
+Left-to-right decoding computes the keys and values of a position once. The state of the
+whole stack is one tensor
 
     [batch, num_layers, 2 (key, value), max_length, num_heads, head_dim],
 
 a single leaf with the batch axis first. It is position-addressed, as the protocol asks:
 a call at ``index`` reads the keys/values of positions < ``index`` and overwrites those of
 ``index, ...``, so running a position again replaces its entries.
+
+A step of one block (`cached_block_call`) computes the keys/values of the new positions
+from the block's input, writes them into the state in place (`write_positions`, one
+`TensorStridedSliceUpdate`, which reuses the buffer a `while_loop` hands it), and runs the
+block over the positions filled so far as a read-only cache (keras-nlp's
+`TransformerDecoder` with ``self_attention_cache`` and no update index, the causal mask
+relative to ``index``; the project's own blocks through a ``call_with_filled_cache``
+hook). Per generated token it thus reads the filled prefix and writes one position. The
+keras-nlp way (the cached attention's update index into the whole buffer, each layer's
+cache sliced out of the state and the layers stacked back) copies the whole max_length
+buffer several times per token, and its `ops.slice_update` runs as an XLA computation
+outside XLA: the time per token grew about 3.5x from 32 to 512 generated tokens at batch 8
+(`benchmarks/generation.py`).
 
 A backbone implements the protocol by inheriting `KeyValueCacheDecoding`, built on the
 helpers below:
@@ -158,8 +167,8 @@ def call_blocks_with_state(blocks, x, state, index, block_input=None):
 class KeyValueCacheDecoding:
     """The decoding-state protocol of a Transformer decoder backbone over this module's
     key/value cache. Put it before `Backbone` in the bases. The host has
-    ``transformer_layers`` (blocks taking ``self_attention_cache`` /
-    ``self_attention_cache_update_index``) and ``num_heads``, and may override three hooks:
+    ``transformer_layers`` (blocks `cached_block_call` runs: keras-nlp
+    `TransformerDecoder`s or blocks with its hooks) and ``num_heads``, and may override three hooks:
 
     * ``state_head_dim``: the per-head width of the keys/values (``hidden_dim // num_heads``);
     * ``embed_positions(token_ids, index)``: the block inputs of the tokens at positions
