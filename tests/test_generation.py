@@ -7,6 +7,7 @@ import collections
 import importlib.util
 
 import keras
+import keras_nlp
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -17,6 +18,7 @@ from lmfactory import models
 from lmfactory.components.trainer import generation_serving
 from lmfactory.components.trainer.export import export_serving_model
 from lmfactory.components.vocabulary import bpe
+from lmfactory.models import decoder_cache
 from lmfactory.models.charlm import CharTransformerLM
 from lmfactory.models.generation import CausalLMGeneration, check_state
 from lmfactory.models.gpt1.gpt1_causal_lm import Gpt1CausalLM
@@ -150,6 +152,39 @@ def test_cached_greedy_equals_recomputing_the_prefix(lm):
     # Real continuations (not one repeated id), so the comparison means something.
     generated = np.concatenate([ids[row, LENGTHS[row]:] for row in range(3)])
     assert len(set(generated.tolist())) > 2
+
+
+@pytest.mark.parametrize("normalize_first", [True, False])
+def test_cached_block_call_equals_keras_nlp_cache_update(normalize_first):
+    """`decoder_cache.cached_block_call` (keys/values written in place, attention over the
+    filled prefix) gives keras-nlp's own cached call (update index into the whole buffer):
+    the same outputs and cached positions, the positions after the new ones untouched; in a
+    `tf.function` the write is a `TensorStridedSliceUpdate`, never the XLA update that
+    copies the buffer."""
+    keras.utils.set_random_seed(5)
+    block = keras_nlp.layers.TransformerDecoder(intermediate_dim=16, num_heads=2,
+                                                normalize_first=normalize_first)
+    block.build((None, None, 8))
+    _spread_weights(block, seed=5)
+    rng = np.random.default_rng(5)
+    state = tf.constant(rng.normal(size=(2, 3, 2, 9, 2, 4)), "float32")  # 3 layers, 9 slots
+    for index, n in [(0, 4), (4, 1), (6, 2)]:
+        x = tf.constant(rng.normal(size=(2, n, 8)), "float32")
+        expected, expected_cache = block(x, self_attention_cache=state[:, 1],
+                                         self_attention_cache_update_index=index)
+        (output, *_), updated = decoder_cache.cached_block_call(block, x, state, 1, index)
+        np.testing.assert_allclose(output, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(updated[:, 1, :, :index + n],
+                                   expected_cache[:, :, :index + n], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(updated[:, 1, :, index + n:], state[:, 1, :, index + n:])
+        np.testing.assert_array_equal(updated[:, ::2], state[:, ::2])  # other layers
+        state = updated
+    graph = tf.function(lambda x, s, i: decoder_cache.cached_block_call(block, x, s, 1, i)
+                        ).get_concrete_function(tf.TensorSpec([2, 1, 8]),
+                                                tf.TensorSpec([2, 3, 2, 9, 2, 4]),
+                                                tf.TensorSpec([], tf.int32)).graph
+    op_types = {op.type for op in graph.get_operations()}
+    assert "TensorStridedSliceUpdate" in op_types and "XlaDynamicUpdateSlice" not in op_types
 
 
 def test_degenerate_samplers_equal_greedy(lm):

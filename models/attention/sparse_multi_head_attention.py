@@ -52,6 +52,9 @@ class SparseMultiHeadAttention(keras_nlp.layers.CachedMultiHeadAttention):
         attention_mask: optional extra [B, T, S] mask (masked-dense and cached calls only).
         cache, cache_update_index: as `CachedMultiHeadAttention`; the index is required
             with a cache (it gives the query positions).
+        cache_filled: with a cache, True when it already holds the keys/values of the
+            query positions (`decoder_cache.cached_block_call` writes them in place): the
+            layer then reads the cache without updating it.
     """
 
     def __init__(
@@ -101,6 +104,7 @@ class SparseMultiHeadAttention(keras_nlp.layers.CachedMultiHeadAttention):
         attention_mask=None,
         cache=None,
         cache_update_index=None,
+        cache_filled=False,
         training=None,
     ):
         value = query if value is None else value
@@ -136,7 +140,8 @@ class SparseMultiHeadAttention(keras_nlp.layers.CachedMultiHeadAttention):
         if attention_mask is not None:
             mask = ops.logical_and(mask, ops.cast(attention_mask, "bool")[:, None])
         return super().call(query=query, value=value, key=key, attention_mask=mask,
-                            cache=cache, cache_update_index=cache_update_index,
+                            cache=cache,
+                            cache_update_index=None if cache_filled else cache_update_index,
                             training=training)
 
     def _compute_attention(self, query, key, value, attention_mask=None, training=None,

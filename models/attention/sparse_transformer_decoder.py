@@ -52,6 +52,8 @@ class SparseTransformerDecoder(keras.layers.Layer):
         self_attention_cache: optional [B, 2, S, num_heads, head_dim] key/value cache, with
             `self_attention_cache_update_index` (the position of decoder_sequence[:, 0]);
             the call then returns (output, updated cache).
+        self_attention_cache_filled: True when the cache already holds the keys/values of
+            these positions (see `call_with_filled_cache`).
     """
 
     def __init__(
@@ -152,8 +154,16 @@ class SparseTransformerDecoder(keras.layers.Layer):
             self.dropout, dtype=self.dtype_policy, name="feedforward_dropout")
         self.built = True
 
+    def call_with_filled_cache(self, decoder_sequence, cache, index):
+        """The block at positions ``index, ...`` over ``cache`` [B, 2, S, num_heads,
+        head_dim], which already holds their keys and values (the hook of
+        `decoder_cache.cached_block_call`): (output, cache)."""
+        return self(decoder_sequence, self_attention_cache=cache,
+                    self_attention_cache_update_index=index, self_attention_cache_filled=True)
+
     def call(self, decoder_sequence, decoder_padding_mask=None, self_attention_cache=None,
-             self_attention_cache_update_index=None, training=None):
+             self_attention_cache_update_index=None, self_attention_cache_filled=False,
+             training=None):
         cache = self_attention_cache
         x = decoder_sequence
         residual = x
@@ -161,7 +171,8 @@ class SparseTransformerDecoder(keras.layers.Layer):
             x = self._self_attention_layer_norm(x)
         attention = self._self_attention_layer(
             x, padding_mask=decoder_padding_mask, cache=cache,
-            cache_update_index=self_attention_cache_update_index, training=training)
+            cache_update_index=self_attention_cache_update_index,
+            cache_filled=self_attention_cache_filled, training=training)
         if cache is not None:
             attention, cache = attention
         x = residual + self._self_attention_dropout(attention, training=training)

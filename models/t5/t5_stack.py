@@ -12,6 +12,7 @@ in cross-attention.
 import keras
 from keras import ops
 
+from lmfactory.models import decoder_cache
 from lmfactory.models.t5.t5_relative_position_bias import T5RelativePositionBias
 from lmfactory.models.t5.t5_transformer_layer import T5TransformerLayer
 
@@ -82,24 +83,23 @@ class T5Stack(keras.layers.Layer):
                index):
         """A decoding step: embedded tokens x [B, n, d_model] at positions ``index``, ...
         -> (output [B, n, d_model], the updated self-attention cache [B, L, 2, max_length,
-        heads, d_kv]). The bias is that of the positions ``index + i`` against every
-        cached position; keys after a query are masked (causal)."""
+        heads, d_kv]). Each layer writes the keys/values of these positions in place and
+        attends over the positions filled so far (`decoder_cache.cached_block_call`); the
+        bias is that of the positions ``index + i`` against those, and keys after a query
+        are masked (causal)."""
         n = ops.shape(x)[1]
-        max_length = ops.shape(self_attention_cache)[3]
         queries = ops.arange(n, dtype="int32") + ops.cast(index, "int32")
-        keys = ops.arange(max_length, dtype="int32")
+        keys = ops.arange(index + n, dtype="int32")  # the positions filled so far
         bias = self.relative_position_bias(queries, keys)
-        mask = (keys[None, :] <= queries[:, None])[None]  # [1, n, max_length]
+        mask = (keys[None, :] <= queries[:, None])[None]  # [1, n, index + n]
         cross_mask = ops.cast(encoder_padding_mask, "bool")[:, None, :]
-        updated = []
         for i, layer in enumerate(self.transformer_layers):
-            cache = (self_attention_cache[:, i, 0], self_attention_cache[:, i, 1])
             cross = (cross_attention_cache[:, i, 0], cross_attention_cache[:, i, 1])
-            x, (keys_i, values_i) = layer(
-                x, bias, mask, cross_attention_mask=cross_mask, self_attention_cache=cache,
-                cache_index=index, cross_attention_cache=cross)
-            updated.append(ops.stack([keys_i, values_i], axis=1))
-        return self.final_layer_norm(x), ops.stack(updated, axis=1)
+            (x, _), self_attention_cache = decoder_cache.cached_block_call(
+                layer, x, self_attention_cache, i, index, self_attention_bias=bias,
+                self_attention_mask=mask, cross_attention_mask=cross_mask,
+                cross_attention_cache=cross)
+        return self.final_layer_norm(x), self_attention_cache
 
     def get_config(self):
         config = super().get_config()

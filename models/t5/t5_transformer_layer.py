@@ -14,6 +14,7 @@ written here.
 """
 
 import keras
+from keras import ops
 
 from lmfactory.models.t5.t5_attention import T5Attention
 from lmfactory.models.t5.t5_feed_forward import T5FeedForward
@@ -59,6 +60,20 @@ class T5TransformerLayer(keras.layers.Layer):
                                           feed_forward, dropout=self.dropout, dtype=policy,
                                           name="feed_forward")
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=policy)
+
+    def self_attention_keys_values(self, x):
+        """The self-attention keys and values [B, 2, T, heads, d_kv] of x [B, T, d_model]
+        (the hook of `decoder_cache.cached_block_call`)."""
+        return ops.stack(self.self_attention.key_values(self.self_attention_layer_norm(x)),
+                         axis=1)
+
+    def call_with_filled_cache(self, x, cache, index, **kwargs):
+        """The layer at positions ``index, ...`` over ``cache`` [B, 2, Tk, heads, d_kv],
+        which already holds their keys and values (`decoder_cache.cached_block_call`);
+        ``kwargs`` as `call` (the bias and mask over the Tk cached positions)."""
+        del index  # the bias and mask carry the positions
+        return self(x, self_attention_cache=(cache[:, 0], cache[:, 1]), cache_index=None,
+                    **kwargs)
 
     def call(self, x, self_attention_bias, self_attention_mask, encoder_outputs=None,
              cross_attention_mask=None, self_attention_cache=None, cache_index=None,

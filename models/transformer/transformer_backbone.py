@@ -7,6 +7,7 @@ import keras
 import keras_nlp
 from keras import ops
 
+from lmfactory.models import decoder_cache
 from lmfactory.models.backbone import Backbone, check_head_split
 
 INPUT_NAMES = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids",
@@ -194,15 +195,14 @@ class TransformerBackbone(Backbone):
         slice of ``state["self_attention"]`` and attends causally over the cache; the
         cross-attention reads the precomputed keys / values."""
         x = self.embed(token_ids, start_index=index)
-        caches = []
+        self_attention = state["self_attention"]
         for i, block in enumerate(self.decoder_layers):
-            x, cache, _ = block(
-                x, state["encoder_outputs"],
+            outputs, self_attention = decoder_cache.cached_block_call(
+                block, x, self_attention, i, index,
+                encoder_sequence=state["encoder_outputs"],
                 encoder_padding_mask=state["encoder_padding_mask"],
-                self_attention_cache=state["self_attention"][:, i, ...],
-                self_attention_cache_update_index=index,
                 cross_attention_cache=state["cross_attention"][:, i, ...],
                 cross_attention_cache_update_index=None, training=False)
-            caches.append(cache)
+            x = outputs[0]
         x = self._final(self.decoder_final_layer_norm, x)
-        return x, dict(state, self_attention=ops.stack(caches, axis=1))
+        return x, dict(state, self_attention=self_attention)
