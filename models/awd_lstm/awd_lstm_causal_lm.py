@@ -11,10 +11,10 @@ from lmfactory.models.awd_lstm.ulmfit_schedule import (backbone_groups, group_sc
                                                        use_slanted_triangular)
 from lmfactory.models.awd_lstm.variable_bptt import sample_sequence_length
 from lmfactory.models.generation import CausalLMGeneration
-from lmfactory.models.gpt2.gpt2_causal_lm import tied_logits
 from lmfactory.models.task_losses import (next_token_loss, sum_over_replicas, track_loss,
                                           with_regularization)
 from lmfactory.models.task_model import SubclassedTask
+from lmfactory.models.tied_output import tied_logits
 
 CAUSAL_LM_INPUTS = ("token_ids", "padding_mask")
 

@@ -9,6 +9,7 @@ from lmfactory.models.gpt1.gpt1_preprocessor import GPT1_TASKS
 from lmfactory.models.task_losses import (batch_mean, track_loss, weighted_mean,
                                           with_regularization)
 from lmfactory.models.task_model import Task, int_inputs
+from lmfactory.models.tied_output import tied_logits
 
 GPT1_CLASSIFIER_INPUTS = ("token_ids", "padding_mask")
 
@@ -135,7 +136,7 @@ class Gpt1Classifier(Task):
         hidden = self.backbone({"token_ids": token_ids,
                                 "padding_mask": padding_mask})["sequence_output"]
         return (extract_states(hidden, padding_mask),
-                self.backbone.token_embedding(hidden, reverse=True))
+                tied_logits(self.backbone.token_embedding, hidden))
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """L3 = L2 + λ * L1 (§3.2), this replica's share of the global batch's value."""

@@ -20,10 +20,10 @@ length-normalised beam search) with the paper's output layer and loss.
 import keras
 from keras import ops
 
-from lmfactory.models.gpt2.gpt2_causal_lm import TiedLogits
 from lmfactory.models.task_losses import sum_over_replicas, with_regularization
 from lmfactory.models.task_model import Task, int_inputs
 from lmfactory.models.tasks.seq2seq_lm import SEQ2SEQ_INPUTS, Seq2SeqLM
+from lmfactory.models.tied_output import TiedLogits
 
 
 def label_smoothed_nll(labels, logits, label_smoothing):
