@@ -87,6 +87,10 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
         cut_frac, ratio: STLR's (0.1, 32).
     """
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     def __init__(self, backbone, alpha=2.0, beta=1.0, bptt=70, variable_length=True,
                  total_steps=None, discriminative_factor=None, slanted_triangular=False,
                  cut_frac=0.1, ratio=32.0, **kwargs):

@@ -111,6 +111,10 @@ class CharTransformerLM(CausalLMGeneration, SubclassedTask):
         multiple_targets_weight: the weight of the two-ahead losses (0.5).
     """
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     def __init__(self, backbone, total_steps=None, intermediate_losses=True,
                  multiple_targets=True, multiple_targets_weight=0.5, **kwargs):
         num_layers = backbone.num_layers

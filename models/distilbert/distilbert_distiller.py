@@ -186,6 +186,10 @@ class DistilBertDistiller(SubclassedTask):
         initialize_head_from_teacher: copy the teacher's masked-LM head into the student's.
     """
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     needs_teacher = True
     serialized_models = ("backbone", "teacher")
 

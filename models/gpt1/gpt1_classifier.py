@@ -81,6 +81,10 @@ class Gpt1Classifier(Task):
         dropout: dropout rate before the linear output layer.
     """
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     def __init__(self, backbone, num_classes, task="classification", lm_weight=0.5,
                  dropout=0.1, **kwargs):
         if task not in GPT1_TASKS:

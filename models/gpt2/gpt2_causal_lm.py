@@ -38,6 +38,10 @@ class GPT2CausalLM(CausalLMGeneration, Task):
         backbone: a `GPT2Backbone`.
     """
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     def __init__(self, backbone, **kwargs):
         # === Layers ===
         self.backbone = backbone

@@ -49,6 +49,10 @@ class TransformerSeq2SeqLM(Seq2SeqLM):
         label_smoothing: eps_ls in [0, 1) (0.1, §5.4; 0 gives the plain NLL).
     """
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     def __init__(self, backbone, label_smoothing=0.1, **kwargs):
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing!r}")

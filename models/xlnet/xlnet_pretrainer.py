@@ -27,6 +27,10 @@ class XLNetPretrainer(SubclassedTask):
         to the predicted tokens; metrics `plm_loss`, `plm_accuracy`.
     """
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     def __init__(self, backbone, **kwargs):
         super().__init__(**kwargs)
         self.backbone = backbone
