@@ -12,7 +12,8 @@ a [B, H, V] intermediate (250 MB for 32 x 20 masked predictions over 30522 token
 for 8 x 1024 positions over 50257 tokens) that made the output layer's backward pass two to
 three times as slow as its forward product (docs/benchmarks/report.md, "Tied output
 layer"). Folded to [1, B * T, H], the same layer call (same variables, kernels, dtypes and
-logits, equal to 1e-6 in our CPU tests) contracts every position in one [H, V] product.
+logits up to float rounding: tests/conformance/test_tied_output.py checks 1e-5) contracts
+every position in one [H, V] product.
 keras-nlp has no folded variant, so this module adds one around its layers:
 
 * `tied_logits(token_embedding, hidden)`: the function;

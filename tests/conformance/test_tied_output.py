@@ -8,7 +8,8 @@ whose class says ``ties_output_embedding = True`` must make such calls, each fol
 ([1, B * T, H] or [N, H]: no [B, H, V] table gradient), each equal to the product with the
 embedding table; its outputs, loss and gradients must equal those of the unfolded
 computation (the same model with each folded call run as keras-nlp's [B, T, H] call). A
-task model that does not say so must make no such call.
+task model that does not say so must make no such call. The fine-tuning heads that say so
+(e.g. an auxiliary language-modelling loss) get the same checks on their outputs.
 """
 
 import functools
@@ -78,24 +79,15 @@ def projection_table(layer):
     return ops.convert_to_numpy(layer.reverse_embeddings)
 
 
-@pytest.mark.parametrize("name,objective", OBJECTIVES)
-def test_tied_output_is_folded(name, objective, monkeypatch):
-    backbone = harness.build_tiny(name)
-    model = harness.build_pretrainer(name, objective, backbone)
-    x, y, sample_weight = synthetic_batch(
-        objective, harness.config_value(backbone, "vocabulary_size"))
-    what = f"{name} {objective} ({type(model).__name__})"
-
+def check_folded_and_unfolded_agree(what, model, run, monkeypatch):
+    """``run(model)`` -> (outputs, loss, gradients) with every reverse call recorded: each
+    is folded and equals the product with its table, and outputs, loss and gradients equal
+    those of the unfolded computation."""
+    # The state of random ops (e.g. a sampler's seed), restored for the reference.
+    state = [ops.convert_to_numpy(variable) for variable in model.variables]
     with monkeypatch.context() as patch:
         records = record_reverse_calls(patch)
-        if not model.ties_output_embedding:
-            model(x, training=False)
-            assert not records, (f"{what} projects onto its token embedding but its class "
-                                 f"does not set ties_output_embedding = True")
-            return
-        # The state of random ops (e.g. a sampler's seed), restored for the reference.
-        state = [ops.convert_to_numpy(variable) for variable in model.variables]
-        outputs, loss, gradients = forward_and_gradients(model, x, y, sample_weight)
+        outputs, loss, gradients = run(model)
     assert records, f"{what} sets ties_output_embedding but never projects onto it"
     for layer, inputs, logits in records:
         assert len(inputs.shape) == 2 or inputs.shape[0] == 1, (
@@ -110,8 +102,7 @@ def test_tied_output_is_folded(name, objective, monkeypatch):
         variable.assign(value)
     with monkeypatch.context() as patch:
         record_reverse_calls(patch, unfold_batch=harness.BATCH)
-        reference_outputs, reference_loss, reference_gradients = forward_and_gradients(
-            model, x, y, sample_weight)
+        reference_outputs, reference_loss, reference_gradients = run(model)
     tf.nest.map_structure(
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5,
                                                 err_msg=f"{what}: outputs"),
@@ -124,3 +115,75 @@ def test_tied_output_is_folded(name, objective, monkeypatch):
         if g is not None:
             np.testing.assert_allclose(g, reference, rtol=1e-5, atol=1e-6,
                                        err_msg=f"{what}: gradient of {variable.path}")
+
+
+@pytest.mark.parametrize("name,objective", OBJECTIVES)
+def test_pretraining_tied_output_is_folded(name, objective, monkeypatch):
+    """Every objective's task model: the declaration holds, and a tied output layer is
+    folded, equal to the table product and to the unfolded computation."""
+    backbone = harness.build_tiny(name)
+    model = harness.build_pretrainer(name, objective, backbone)
+    x, y, sample_weight = synthetic_batch(
+        objective, harness.config_value(backbone, "vocabulary_size"))
+    what = f"{name} {objective} ({type(model).__name__})"
+    if not model.ties_output_embedding:
+        with monkeypatch.context() as patch:
+            records = record_reverse_calls(patch)
+            model(x, training=False)
+        assert not records, (f"{what} projects onto its token embedding but its class "
+                             f"does not set ties_output_embedding = True")
+        return
+    check_folded_and_unfolded_agree(
+        what, model, lambda m: forward_and_gradients(m, x, y, sample_weight), monkeypatch)
+
+
+def _fine_tuning_heads():
+    """(name, kind) of the fine-tuning heads that declare a tied output layer and are not
+    one of the architecture's pretraining task models (those are tested above); one
+    architecture per head class (the first in name order)."""
+    cases, seen = [], set()
+    for name in models.names():
+        arch = models.get(name)
+        pretrainers = set(arch.pretrainers.values())
+        for kind in arch.task_kinds:
+            head = arch.head(kind)
+            if getattr(head, "ties_output_embedding", False) and head not in pretrainers \
+                    and head not in seen:
+                seen.add(head)
+                cases.append((name, kind))
+    return cases
+
+
+def _head_inputs(model, backbone):
+    return harness.make_inputs(harness.head_input_names(model, backbone),
+                               harness.config_value(backbone, "vocabulary_size"),
+                               characters_per_token=harness.characters_per_token(backbone),
+                               extra=harness.extra_input_maker(backbone))
+
+
+def _float_outputs_sum(outputs):
+    values = [ops.cast(value, "float32") for value in tf.nest.flatten(outputs)
+              if "float" in str(value.dtype)]
+    return tf.add_n([tf.reduce_sum(value * value) for value in values]) / 1e3
+
+
+@pytest.mark.parametrize("name,kind", _fine_tuning_heads())
+def test_fine_tuning_head_tied_output_is_folded(name, kind, monkeypatch):
+    """A fine-tuning head with a tied output layer (e.g. an auxiliary language-modelling
+    loss, or a sequence-to-sequence LM): folded, equal to the table product, and outputs
+    and gradients (of a function of all its outputs) equal to the unfolded computation."""
+    backbone = harness.build_tiny(name)
+    model = harness.build_head(name, kind, backbone)
+    inputs = _head_inputs(model, backbone)
+
+    def run(m):
+        with tf.GradientTape() as tape:
+            outputs = m(inputs, training=False)
+            loss = _float_outputs_sum(outputs)
+        gradients = tape.gradient(loss, m.trainable_variables)
+        gradients = [None if g is None else tf.convert_to_tensor(g).numpy()
+                     for g in gradients]
+        return tf.nest.map_structure(np.asarray, outputs), float(loss), gradients
+
+    check_folded_and_unfolded_agree(f"{name} {kind} head ({type(model).__name__})", model,
+                                    run, monkeypatch)
