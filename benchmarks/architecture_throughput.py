@@ -12,10 +12,11 @@ class (an architecture reusing another's backbone and pretrainer is the same mod
 none that needs linked knowledge-graph entities (ERNIE's dEA; its masked-LM head is BERT's).
 Each is built from its smallest preset with the "mini" sizes below, only for the constructor
 arguments that preset sets (4 layers, width 256, 4 heads, FFN 1024, an embedding size of
-128 where the preset factorises it (ALBERT, ELECTRA), LSTM width 256, vocabulary 30522 for
-all, so the output layer costs the same everywhere); an architecture whose invariants those
-sizes break (e.g. Reformer's axial position widths) runs at its smallest preset with the
-vocabulary and sequence length overridden, and the table says so. A task model that needs a
+128 where the preset factorises it (ALBERT, ELECTRA), LSTM width 256); the vocabulary is
+the smallest preset's own (30522 WordPiece ids for BERT, 50257 BPE ids for GPT-2, 256 bytes
+for the character Transformer, ...), and the keras-hub peer gets the same. An architecture
+whose invariants those sizes break (e.g. Reformer's axial position widths) runs at its
+smallest preset (sequence length raised to 128 where it is shorter), and the table says so. A task model that needs a
 teacher (distillation) gets the first other architecture with the same tokenizer kind that
 it accepts, at the same sizes, as the pipeline does.
 
@@ -55,9 +56,9 @@ from lmfactory import models  # noqa: E402
 from lmfactory.components.pretraining_data import features, objectives  # noqa: E402
 
 MINI = {"num_layers": 4, "hidden_dim": 256, "num_heads": 4, "intermediate_dim": 1024,
-        "lstm_units": 256, "vocabulary_size": 30522}
+        "lstm_units": 256}
 QUICK = {"num_layers": 2, "hidden_dim": 128, "num_heads": 2, "intermediate_dim": 512,
-         "lstm_units": 128, "vocabulary_size": 30522}
+         "lstm_units": 128}
 # keras-hub peers: registry name -> (backbone class, task class, backbone arguments taken
 # from the project's configuration).
 KERAS_HUB = {
@@ -133,13 +134,13 @@ def sizes(name: str, shared: dict, seq_len: int) -> tuple:
 
 def build_backbone(name: str, shared: dict, seq_len: int) -> tuple:
     """(backbone, shape label) at the shared sizes, or at the smallest preset with the
-    vocabulary and sequence length overridden where those sizes break an invariant."""
+    sequence length raised where those sizes break an invariant."""
     preset, overrides = sizes(name, shared, seq_len)
     try:
         return models.build(name, preset, **overrides), "mini"
     except (ValueError, TypeError) as error:
         kept = {key: value for key, value in overrides.items()
-                if key in ("vocabulary_size", "max_sequence_length")}
+                if key == "max_sequence_length"}
         print(f"   {name}: mini sizes rejected ({error}); preset {preset!r}", flush=True)
         return models.build(name, preset, **kept), f"preset {preset}"
 
@@ -294,7 +295,7 @@ def measure(name: str, objective: str, shared: dict, batch: int, seq_len: int,
         contenders["keras-hub"] = (peer, peer_data(peer, data))
     seconds = time_steps(contenders, **timing)
     record = {"architecture": name, "objective": objective, "task": type(model).__name__,
-              "shape": shape, "tokens": batch * seq_len,
+              "shape": shape, "vocabulary": vocabulary, "tokens": batch * seq_len,
               "project_tokens_per_s": batch * seq_len / seconds["project"],
               "peer": type(peer).__name__ if peer is not None else None,
               "peer_tokens_per_s": (batch * seq_len / seconds["keras-hub"]
@@ -308,15 +309,20 @@ def measure(name: str, objective: str, shared: dict, batch: int, seq_len: int,
 # --------------------------------------------------------------------------- report
 
 
-def run(scales=(1,), out_dir: str = ".", quick: bool = False) -> common.Result:
-    """Measures every selected architecture (``scales`` is unused: one shape)."""
+def run(scales=(1,), out_dir: str = ".", quick: bool = False, only=None) -> common.Result:
+    """Measures every selected architecture (``only``: those names alone; ``scales`` is
+    unused: one shape)."""
     started = time.perf_counter()
     shared, batch, seq_len, predictions = ((QUICK, 8, 64, 10) if quick
                                            else (MINI, 32, 128, 20))
     timing = dict(warmup=1, rounds=1) if quick else dict(warmup=2, rounds=3)
     load_before = os.getloadavg()
     records = []
-    for name, objective in architectures():
+    # Those with a keras-hub peer first, then the others (each group in name order).
+    chosen = sorted(architectures(), key=lambda case: case[0] not in KERAS_HUB)
+    for name, objective in chosen:
+        if only and name not in only:
+            continue
         print(f"== {name} ({objective})", flush=True)
         try:
             records.append(measure(name, objective, shared, batch, seq_len, predictions,
@@ -328,22 +334,24 @@ def run(scales=(1,), out_dir: str = ".", quick: bool = False) -> common.Result:
     rows = []
     for r in records:
         if "error" in r:
-            rows.append([r["architecture"], r["objective"], "-", "-", "FAILED: " + r["error"],
-                         "-", "-", "-"])
+            rows.append([r["architecture"], r["objective"], "-", "-", "-",
+                         "FAILED: " + r["error"], "-", "-", "-"])
             continue
         peer = r["peer_tokens_per_s"]
         rows.append([r["architecture"], r["objective"], r["task"], r["shape"],
-                     r["project_tokens_per_s"], r["peer"] or "-",
+                     r["vocabulary"], r["project_tokens_per_s"], r["peer"] or "-",
                      peer if peer is not None else "-",
                      r["project_tokens_per_s"] / peer if peer else "-"])
     load_after = os.getloadavg()
     sizes_text = ", ".join(f"{key} {value}" for key, value in shared.items())
     table = common.Table(
         f"Pretraining step throughput per architecture (b{batch} T{seq_len})",
-        ["architecture", "objective", "project task", "shape", "project tokens/s",
+        ["architecture", "objective", "project task", "shape", "vocabulary",
+         "project tokens/s",
          "keras-hub task", "keras-hub tokens/s", "ratio project/keras-hub"], rows,
         f"Shared sizes: {sizes_text} (only the keys each smallest preset sets; embedding "
-        f"size half the width where the preset factorises it); {predictions} masked-LM "
+        f"size half the width where the preset factorises it; each preset's own "
+        f"vocabulary); {predictions} masked-LM "
         f"predictions per sequence. Fastest of 3 interleaved one-step rounds after 2 "
         f"warm-up steps. Not the same work in every pair: the project's BERT and ALBERT add "
         f"the NSP / SOP head, its DistilBERT and TinyBERT run a teacher's forward pass "
@@ -361,8 +369,10 @@ def run(scales=(1,), out_dir: str = ".", quick: bool = False) -> common.Result:
 
 def main(argv=None):
     parser = common.argument_parser(__doc__)
+    parser.add_argument("--only", default="", help="comma-separated architecture names")
     args = parser.parse_args(argv)
-    result = run(out_dir=args.out_dir, quick=args.quick)
+    result = run(out_dir=args.out_dir, quick=args.quick,
+                 only=[name for name in args.only.split(",") if name] or None)
     common.print_and_save(result, args.out_dir, "architecture_throughput.json")
 
 
