@@ -24,8 +24,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-BENCHMARKS = ("pretraining", "vocabulary", "tokenization", "example_generation", "serving",
-              "word2vec_gensim", "nnlm_kneser_ney", "generation")
+BENCHMARKS = ("pretraining", "architecture_throughput", "vocabulary", "tokenization",
+              "example_generation", "serving", "word2vec_gensim", "nnlm_kneser_ney",
+              "generation")
 DRIVER = ("import sys; sys.path.insert(0, {folder!r}); import common, {name} as module; "
           "common.save_result(module.run(scales={scales!r}, out_dir={out!r}, "
           "quick={quick!r}), {out!r})")

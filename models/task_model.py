@@ -54,6 +54,9 @@ class BackboneTask:
 
     # Constructor arguments (and attributes) holding Keras models.
     serialized_models = ("backbone",)
+    # Whether the task's vocabulary logits are the backbone's token embedding called in
+    # reverse (a tied output layer, computed by models/tied_output.py).
+    ties_output_embedding = False
 
     def __init_subclass__(cls, register=True, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -198,6 +201,10 @@ class MaskedLMPretrainer(Task):
     `loss`. Metrics: `mlm_loss`, `<task>_loss`, `mlm_accuracy` (weighted),
     `<task>_accuracy`.
     """
+
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
 
     # The backbone's inputs (the model also takes `mask_positions`).
     backbone_inputs = ("token_ids", "padding_mask", "segment_ids")

@@ -2,10 +2,10 @@
 §4.1)."""
 
 import keras
-import keras_nlp
 
 from lmfactory.models.albert.albert_common import albert_kernel_initializer, get_activation
 from lmfactory.models.task_model import MaskedLMPretrainer
+from lmfactory.models.tied_output import MaskedLMHead
 
 
 class AlbertPretrainer(MaskedLMPretrainer):
@@ -16,7 +16,8 @@ class AlbertPretrainer(MaskedLMPretrainer):
     approximation) + LayerNorm transform back to the embedding size E, then an output
     projection tied to the E-sized input token embedding, plus an output bias (the
     released model's `predictions` head; keras-nlp's `MaskedLMHead` sizes its transform to
-    the tied embedding's width, E).
+    the tied embedding's width, E; the projection onto the E-sized table is folded over
+    the batch, `models/tied_output.py`).
     Sentence-order prediction (§3.2 "Inter-sentence coherence loss"): a binary classifier on
     the pooled `[CLS]` vector; positives are two consecutive segments in their original
     order, negatives the same two segments swapped (label 0 = in order, 1 = swapped).
@@ -43,7 +44,7 @@ class AlbertPretrainer(MaskedLMPretrainer):
 
     def __init__(self, backbone, **kwargs):
         # === Layers ===
-        self.masked_lm_head = keras_nlp.layers.MaskedLMHead(
+        self.masked_lm_head = MaskedLMHead(
             token_embedding=backbone.token_embedding,
             intermediate_activation=get_activation(backbone.activation),
             layer_norm_epsilon=1e-12,

@@ -11,10 +11,10 @@ from lmfactory.models.awd_lstm.ulmfit_schedule import (backbone_groups, group_sc
                                                        use_slanted_triangular)
 from lmfactory.models.awd_lstm.variable_bptt import sample_sequence_length
 from lmfactory.models.generation import CausalLMGeneration
-from lmfactory.models.gpt2.gpt2_causal_lm import tied_logits
 from lmfactory.models.task_losses import (next_token_loss, sum_over_replicas, track_loss,
                                           with_regularization)
 from lmfactory.models.task_model import SubclassedTask
+from lmfactory.models.tied_output import tied_logits
 
 CAUSAL_LM_INPUTS = ("token_ids", "padding_mask")
 
@@ -86,6 +86,10 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
         slanted_triangular: use STLR (needs `total_steps`).
         cut_frac, ratio: STLR's (0.1, 32).
     """
+
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
 
     def __init__(self, backbone, alpha=2.0, beta=1.0, bptt=70, variable_length=True,
                  total_steps=None, discriminative_factor=None, slanted_triangular=False,

@@ -1,39 +1,14 @@
 """BERT's pre-training task: masked LM + next sentence prediction (Devlin et al. 2019 §3.1)."""
 
 import keras
-import keras_nlp
-import tensorflow as tf
-from keras import ops
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
-from lmfactory.models.gpt2.gpt2_causal_lm import tied_logits
 # `sum_over_replicas` lives in models/task_losses.py; it stays importable from here, its
 # first home, for code written against that.
 from lmfactory.models.task_losses import sum_over_replicas  # noqa: F401
 from lmfactory.models.task_model import MaskedLMPretrainer
-
-
-class MaskedLMHead(keras_nlp.layers.MaskedLMHead):
-    """keras-nlp's `MaskedLMHead` (same weights, same logits) whose output projection,
-    tied to the token embedding, runs through `tied_logits`: the [B, P, H] transformed
-    vectors are folded to [1, B * P, H] before the embedding layer's reverse call.
-
-    keras-nlp's head hands [B, P, H] to the layer, whose broadcasting `matmul` builds the
-    table's gradient as a [B, H, V] intermediate (250 MB for 32 x 20 predictions over
-    30522 tokens) and sums it: about a fifth of a BERT-mini training step on CPU
-    (`benchmarks/pretraining.py`). It keeps keras-nlp's class name: Keras weight files
-    name a model's layers by it, so weights saved with either head load into the other.
-    """
-
-    def call(self, inputs, mask_positions):
-        # The encoded tokens at the masked positions: [B, P, H].
-        x = tf.gather(inputs, mask_positions, batch_dims=1)
-        x = self._intermediate_layer_norm(self._intermediate_dense(x))
-        outputs = ops.cast(tied_logits(self.token_embedding, x), self.compute_dtype)
-        outputs = outputs + self._bias
-        if self.activation is not None:
-            outputs = self.activation(outputs)
-        return outputs
+# The folded masked-LM head lives in models/tied_output.py; it stays importable from here.
+from lmfactory.models.tied_output import MaskedLMHead
 
 
 class BertPretrainer(MaskedLMPretrainer):

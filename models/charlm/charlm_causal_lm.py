@@ -10,6 +10,7 @@ from keras import ops
 from lmfactory.models.generation import CausalLMGeneration
 from lmfactory.models.task_losses import sum_over_replicas, track_loss, with_regularization
 from lmfactory.models.task_model import SubclassedTask
+from lmfactory.models.tied_output import tied_logits
 
 CAUSAL_LM_INPUTS = ("token_ids", "padding_mask")
 
@@ -110,6 +111,10 @@ class CharTransformerLM(CausalLMGeneration, SubclassedTask):
         multiple_targets_weight: the weight of the two-ahead losses (0.5).
     """
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     def __init__(self, backbone, total_steps=None, intermediate_losses=True,
                  multiple_targets=True, multiple_targets_weight=0.5, **kwargs):
         num_layers = backbone.num_layers
@@ -179,7 +184,7 @@ class CharTransformerLM(CausalLMGeneration, SubclassedTask):
         _check_inputs(inputs)
         inputs = {name: inputs[name] for name in CAUSAL_LM_INPUTS}
         hidden = self.backbone(inputs, training=training)["sequence_output"]
-        return self.backbone.token_embedding(hidden, reverse=True)
+        return tied_logits(self.backbone.token_embedding, hidden)
 
     def call_with_state(self, token_ids, state, index):
         """One decoding step of the characters at positions `index`, ... (the protocol of
@@ -215,7 +220,7 @@ class CharTransformerLM(CausalLMGeneration, SubclassedTask):
         two_ahead_features = two_ahead_features[-len(self.two_ahead_classifiers):] \
             if self.two_ahead_classifiers else []
         return {
-            "logits": self.backbone.token_embedding(final, reverse=True),
+            "logits": tied_logits(self.backbone.token_embedding, final),
             "intermediate_logits": [classifier(features) for classifier, features
                                     in zip(self.intermediate_classifiers,
                                            intermediate_features)],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import keras
-import keras_nlp
 from keras import ops
 
 from lmfactory.models.distilbert.distilbert_backbone import distilbert_kernel_initializer
@@ -11,6 +10,7 @@ from lmfactory.models.encoder_utils import model_inputs, require_inputs
 from lmfactory.models.task_losses import (masked_lm_loss, masked_lm_weights, track_loss,
                                           weighted_mean, with_regularization)
 from lmfactory.models.task_model import SubclassedTask
+from lmfactory.models.tied_output import MaskedLMHead
 
 DISTILLER_INPUTS = ("token_ids", "padding_mask", "mask_positions")
 
@@ -186,6 +186,10 @@ class DistilBertDistiller(SubclassedTask):
         initialize_head_from_teacher: copy the teacher's masked-LM head into the student's.
     """
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     needs_teacher = True
     serialized_models = ("backbone", "teacher")
 
@@ -212,7 +216,7 @@ class DistilBertDistiller(SubclassedTask):
         self.backbone = backbone
         self.teacher = teacher
         self.teacher.trainable = False
-        self.masked_lm_head = keras_nlp.layers.MaskedLMHead(
+        self.masked_lm_head = MaskedLMHead(
             token_embedding=backbone.token_embedding,
             intermediate_activation="gelu",
             layer_norm_epsilon=1e-12,

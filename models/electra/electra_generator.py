@@ -2,10 +2,10 @@
 (Clark et al. 2020 §2, §3.2)."""
 
 import keras
-import keras_nlp
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 from lmfactory.models.encoder_utils import post_ln_encoder_blocks
+from lmfactory.models.tied_output import MaskedLMHead
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -24,7 +24,9 @@ class ElectraGenerator(keras.layers.Layer):
 
     The output layer is BERT's masked-LM head (Dense(E) + GELU + LayerNorm, then the
     transposed token embedding and an output bias), i.e. keras-nlp's `MaskedLMHead` tied to
-    the shared `token_embedding`.
+    the shared `token_embedding`, its projection folded over the batch
+    (`models/tied_output.py`). The discriminator's head is a per-token binary classifier
+    (§2), not tied to the embedding.
 
     Call arguments:
         embedded: [batch, seq_len, E], the shared embeddings of the masked input.
@@ -73,7 +75,7 @@ class ElectraGenerator(keras.layers.Layer):
             kernel_initializer=bert_kernel_initializer,
             dtype=self.layers_dtype,
         )
-        self.masked_lm_head = keras_nlp.layers.MaskedLMHead(
+        self.masked_lm_head = MaskedLMHead(
             token_embedding=token_embedding,
             intermediate_activation="gelu",
             layer_norm_epsilon=1e-12,

@@ -77,6 +77,10 @@ class ElectraPretrainer(SubclassedTask):
         sampling_seed: seed of the generator sampling (None = Keras's global seed state).
     """
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     def __init__(self, backbone, generator_size=None, rtd_weight=50.0, sampling_seed=None,
                  **kwargs):
         if generator_size is None:

@@ -6,11 +6,11 @@ import tensorflow as tf
 from keras import ops
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
-from lmfactory.models.bert.bert_pretrainer import MaskedLMHead
 from lmfactory.models.ernie.ernie_backbone import ERNIE_BACKBONE_INPUTS
 from lmfactory.models.task_losses import (masked_lm_objective, sentence_objective,
                                           sum_over_replicas, track_loss, with_regularization)
 from lmfactory.models.task_model import MaskedLMPretrainer, int_inputs
+from lmfactory.models.tied_output import MaskedLMHead
 
 DEA = "dea"
 

@@ -9,6 +9,7 @@ from lmfactory.models.gpt1.gpt1_preprocessor import GPT1_TASKS
 from lmfactory.models.task_losses import (batch_mean, track_loss, weighted_mean,
                                           with_regularization)
 from lmfactory.models.task_model import Task, int_inputs
+from lmfactory.models.tied_output import tied_logits
 
 GPT1_CLASSIFIER_INPUTS = ("token_ids", "padding_mask")
 
@@ -80,6 +81,10 @@ class Gpt1Classifier(Task):
         dropout: dropout rate before the linear output layer.
     """
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     def __init__(self, backbone, num_classes, task="classification", lm_weight=0.5,
                  dropout=0.1, **kwargs):
         if task not in GPT1_TASKS:
@@ -135,7 +140,7 @@ class Gpt1Classifier(Task):
         hidden = self.backbone({"token_ids": token_ids,
                                 "padding_mask": padding_mask})["sequence_output"]
         return (extract_states(hidden, padding_mask),
-                self.backbone.token_embedding(hidden, reverse=True))
+                tied_logits(self.backbone.token_embedding, hidden))
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """L3 = L2 + λ * L1 (§3.2), this replica's share of the global batch's value."""

@@ -1,60 +1,15 @@
 """GPT-2 as a left-to-right language model (Radford et al. 2019 §2)."""
 
 import keras
-from keras import ops
 
 from lmfactory.models.generation import CausalLMGeneration
 from lmfactory.models.task_losses import next_token_loss, with_regularization
 from lmfactory.models.task_model import Task, int_inputs
+# The folded tied output layer lives in models/tied_output.py; `tied_logits` and
+# `TiedLogits` stay importable from here, their first home.
+from lmfactory.models.tied_output import TiedLogits, tied_logits  # noqa: F401
 
 CAUSAL_LM_INPUTS = ("token_ids", "padding_mask")
-
-
-def tied_logits(token_embedding, hidden):
-    """``token_embedding(hidden, reverse=True)``, the output layer h W_e^T tied to the input
-    token embedding (GPT-1 §3.1), with the leading axes of ``hidden`` folded into one.
-
-    The layer multiplies ``hidden`` [B, T, H] by the [H, V] transposed table with a
-    broadcasting `matmul`, whose gradient with respect to the table is built as one [H, V]
-    partial product per batch row and then summed: a [B, H, V] intermediate (1.2 GB for
-    GPT-2's 50257 tokens at batch 8) that made the output layer's backward pass two to
-    three times as slow as its forward product (`benchmarks/pretraining.py`). Folded to
-    [1, B * T, H], the same layer call (same kernels, dtypes and logits, bitwise in our CPU
-    tests) contracts every position in one [H, V] product.
-
-    Args:
-        token_embedding: a keras-nlp `ReversibleEmbedding`.
-        hidden: float [..., H].
-
-    Returns:
-        logits [..., V].
-    """
-    shape = ops.shape(hidden)
-    folded = ops.reshape(hidden, (1, -1, shape[-1]))
-    logits = token_embedding(folded, reverse=True)
-    return ops.reshape(logits, tuple(shape[:-1]) + (ops.shape(logits)[-1],))
-
-
-class TiedLogits(keras.layers.Layer):
-    """The language-model output layer of `GPT2CausalLM`: `tied_logits` of the hidden
-    states [B, T, H] over ``token_embedding`` (no weights of its own; the table is the
-    backbone's). It neither casts its input nor opens an autocast scope
-    (``autocast=False``, the model's dtype policy), so the embedding layer computes in the
-    dtypes it did when the model called it directly.
-
-    Args:
-        token_embedding: the backbone's `ReversibleEmbedding`.
-    """
-
-    def __init__(self, token_embedding, **kwargs):
-        super().__init__(autocast=False, **kwargs)
-        self.token_embedding = token_embedding
-
-    def call(self, hidden):
-        return tied_logits(self.token_embedding, hidden)
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape[:-1]) + (self.token_embedding.input_dim,)
 
 
 class GPT2CausalLM(CausalLMGeneration, Task):
@@ -82,6 +37,10 @@ class GPT2CausalLM(CausalLMGeneration, Task):
     Args:
         backbone: a `GPT2Backbone`.
     """
+
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
 
     def __init__(self, backbone, **kwargs):
         # === Layers ===

@@ -1,11 +1,10 @@
 """RoBERTa's pre-training task: masked LM only (Liu et al. 2019 §4.1-§4.2)."""
 
-import keras_nlp
-
 from lmfactory.models.encoder_utils import model_inputs
 from lmfactory.models.roberta.roberta_backbone import (ROBERTA_BACKBONE_INPUTS,
                                                        roberta_kernel_initializer)
 from lmfactory.models.task_model import MaskedLMPretrainer
+from lmfactory.models.tied_output import MaskedLMHead
 
 
 class RobertaPretrainer(MaskedLMPretrainer):
@@ -19,7 +18,8 @@ class RobertaPretrainer(MaskedLMPretrainer):
 
     The head is the released `RobertaLMHead`: the final hidden vectors at the masked
     positions go through Dense(H) + GELU + LayerNorm and an output projection tied to the
-    input token embedding, plus an output bias (keras-nlp's `MaskedLMHead`).
+    input token embedding, plus an output bias (keras-nlp's `MaskedLMHead`, its projection
+    folded: `models/tied_output.py`).
 
     The loss is the mean masked-LM negative log-likelihood over real predictions, weighted
     by the prediction weights (padding predictions carry weight 0):
@@ -43,7 +43,7 @@ class RobertaPretrainer(MaskedLMPretrainer):
 
     def __init__(self, backbone, **kwargs):
         # === Layers ===
-        self.masked_lm_head = keras_nlp.layers.MaskedLMHead(
+        self.masked_lm_head = MaskedLMHead(
             token_embedding=backbone.token_embedding,
             intermediate_activation="gelu",
             layer_norm_epsilon=backbone.layer_norm_epsilon,

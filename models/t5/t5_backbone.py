@@ -24,6 +24,7 @@ from keras import ops
 from lmfactory.models.backbone import Backbone, check_head_split
 from lmfactory.models.t5.t5_feed_forward import FEED_FORWARD_KINDS
 from lmfactory.models.t5.t5_stack import T5Stack
+from lmfactory.models.tied_output import tied_logits
 
 INPUT_NAMES = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids",
                "decoder_padding_mask")
@@ -107,10 +108,11 @@ class T5Backbone(Backbone):
     def output_logits(self, hidden):
         """The LM logits of decoder outputs [B, T, d_model] -> [B, T, V]: the tied
         embedding's transpose after rescaling by d_model^-0.5 (T5 v1.0, the reference's
-        tied output), or the separate output matrix unscaled (T5.1.1)."""
+        tied output), or the separate output matrix unscaled (T5.1.1); the projection is
+        folded over the batch (`models/tied_output.py`)."""
         if self.tie_embeddings:
             hidden = hidden * ops.cast(self.hidden_dim ** -0.5, hidden.dtype)
-        return self.token_embedding(hidden, reverse=True)
+        return tied_logits(self.token_embedding, hidden, name="output_logits")
 
     def initial_state(self, batch_size, max_length, encoder_token_ids=None,
                       encoder_padding_mask=None):

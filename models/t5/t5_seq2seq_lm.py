@@ -19,6 +19,10 @@ from lmfactory.models.tasks.seq2seq_lm import SEQ2SEQ_INPUTS, Seq2SeqLM
 class T5Seq2SeqLM(Seq2SeqLM):
     """A `T5Backbone` with its output layer: inputs as `Seq2SeqLM`, logits [B, T, V]."""
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     def __init__(self, backbone, **kwargs):
         # === Layers === (the output layer is the backbone's `token_embedding`)
         self.backbone = backbone

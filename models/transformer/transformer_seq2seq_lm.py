@@ -20,10 +20,10 @@ length-normalised beam search) with the paper's output layer and loss.
 import keras
 from keras import ops
 
-from lmfactory.models.gpt2.gpt2_causal_lm import TiedLogits
 from lmfactory.models.task_losses import sum_over_replicas, with_regularization
 from lmfactory.models.task_model import Task, int_inputs
 from lmfactory.models.tasks.seq2seq_lm import SEQ2SEQ_INPUTS, Seq2SeqLM
+from lmfactory.models.tied_output import TiedLogits
 
 
 def label_smoothed_nll(labels, logits, label_smoothing):
@@ -48,6 +48,10 @@ class TransformerSeq2SeqLM(Seq2SeqLM):
         backbone: a `TransformerBackbone` (its `token_embedding` is the output matrix).
         label_smoothing: eps_ls in [0, 1) (0.1, §5.4; 0 gives the plain NLL).
     """
+
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
 
     def __init__(self, backbone, label_smoothing=0.1, **kwargs):
         if not 0.0 <= label_smoothing < 1.0:

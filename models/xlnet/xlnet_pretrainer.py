@@ -6,6 +6,7 @@ from keras import ops
 
 from lmfactory.models.task_losses import masked_lm_objective, with_regularization
 from lmfactory.models.task_model import SubclassedTask
+from lmfactory.models.tied_output import tied_logits
 
 PRETRAINER_INPUTS = ("token_ids", "padding_mask", "segment_ids", "permutation_mask",
                      "target_mapping")
@@ -26,6 +27,10 @@ class XLNetPretrainer(SubclassedTask):
         to the predicted tokens; metrics `plm_loss`, `plm_accuracy`.
     """
 
+    # Its vocabulary logits are the backbone's token embedding called in reverse, through
+    # models/tied_output.py (checked by tests/conformance/test_tied_output.py).
+    ties_output_embedding = True
+
     def __init__(self, backbone, **kwargs):
         super().__init__(**kwargs)
         self.backbone = backbone
@@ -44,7 +49,7 @@ class XLNetPretrainer(SubclassedTask):
             {name: inputs[name] for name in ("token_ids", "padding_mask", "segment_ids")},
             permutation_mask=inputs["permutation_mask"],
             target_mapping=inputs["target_mapping"], training=training)
-        logits = self.backbone.token_embedding(outputs["query_output"], reverse=True)
+        logits = tied_logits(self.backbone.token_embedding, outputs["query_output"])
         return ops.cast(logits, "float32") + ops.cast(self.lm_bias, "float32")
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
