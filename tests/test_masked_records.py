@@ -85,8 +85,16 @@ def test_encoder_bytes_equal_tf_example_serialization():
         serialize_examples({"x": np.zeros((2, 0), np.int64)})
 
 
+def _padded(sequences, width):
+    lengths = np.array([len(sequence) for sequence in sequences])
+    values = np.zeros((len(sequences), width), np.int64)
+    for row, sequence in enumerate(sequences):
+        values[row, :len(sequence)] = sequence
+    return values, lengths
+
+
 def _mask(pairs, whole_word, seed, predictions=20, prob=0.15):
-    tokens, lengths = masked_records.padded_rows(pairs, 128)
+    tokens, lengths = _padded(pairs, 128)
     return tokens, lengths, masked_records.mask_batch(
         tokens, lengths, VOCAB, masked_records.VocabularyTables.of(VOCAB), prob, predictions,
         whole_word, masked_records.seeded_generator(seed))
@@ -185,3 +193,28 @@ def test_shard_examples_records_are_deterministic_and_parse():
         assert segments[row, first_b:length].all() and ids[row, first_b - 1] == SEP
         assert ids[row, 0] == CLS and ids[row, length - 1] == SEP
         assert (ids[row, length:] == 0).all()
+
+
+def test_shard_spans_gather_the_instances_of_the_token_path():
+    """The shard's records (dynamic masking: unmasked ids) hold exactly the instances that
+    create_instances_from_document lays out from token lists with the same RNGs."""
+    documents = [[pair[1:pair.index(SEP)], pair[pair.index(SEP) + 1:-1], [7, 8]]
+                 for pair in _pairs(40, seed=8, max_length=50)]
+    config = features.resolve_config({"dupe_factor": 2, "max_seq_length": 48,
+                                      "dynamic_masking": True, "short_seq_prob": 0.3})
+    records, _ = bert_mlm_nsp.shard_examples(documents, VOCAB, config, (9, "eval", 1))
+    parsed = tf.io.parse_example(records, features.feature_spec(config))
+    rows = sorted(
+        (tuple(ids[:sum(mask)]), tuple(segments[:sum(mask)]), int(label[0]))
+        for ids, mask, segments, label in zip(*(parsed[name].numpy().tolist() for name in (
+            "input_ids", "input_mask", "segment_ids", "next_sentence_labels"))))
+    expected = []
+    for dupe_round in range(2):
+        rng = bert_mlm_nsp.seeded_rng(9, "eval", 1, "dupe", dupe_round)
+        for index in range(len(documents)):
+            expected.extend(
+                (tuple(instance.tokens), tuple(instance.segment_ids),
+                 int(instance.is_random_next))
+                for instance in bert_mlm_nsp.create_instances_from_document(
+                    documents, index, 48, 0.3, rng, CLS, SEP))
+    assert rows == sorted(expected) and len(rows) > 100

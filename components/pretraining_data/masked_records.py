@@ -15,7 +15,7 @@ tokens other than ``cls``/``sep``, grouped into whole words with ``whole_word_ma
 ``round(n * masked_lm_prob)`` (at least 1, at most ``max_predictions_per_seq``) tokens are
 chosen by visiting the groups in a uniformly random order (argsort of i.i.d. uniform keys)
 and taking each group that still fits (a word that would exceed the count is skipped, a
-shorter one may follow); each chosen group becomes the mask token with probability
+shorter one may follow; without whole words that is the tokens with the smallest keys); each chosen group becomes the mask token with probability
 ``mask_token_rate``, random non-special tokens with ``random_token_rate`` (one random id per
 position) and stays unchanged otherwise. Positions are reported in increasing order. Its
 random numbers come from a numpy ``Generator`` seeded from the shard's seed scope, so the
@@ -28,7 +28,7 @@ serialisation.
 from __future__ import annotations
 
 import hashlib
-import itertools
+import random
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -76,16 +76,46 @@ def mask_batch(tokens: np.ndarray, lengths: np.ndarray, vocab: BertVocabulary,
     rows, width = tokens.shape
     in_use = np.arange(width) < lengths[:, None]
     candidate = in_use & (tokens != vocab.cls_id) & (tokens != vocab.sep_id)
-    starts = candidate.copy()
-    if whole_word_masking:  # a piece joins the word right before it (never across cls/sep)
-        starts[:, 1:] &= ~(tables.continuation[tokens[:, 1:]] & candidate[:, :-1])
-    group = np.cumsum(starts, axis=1) - 1  # group index of each candidate position
-    groups = max(1, int(starts.sum(axis=1).max()) if rows else 1)
-    row_index = np.arange(rows)[:, None]
-    sizes = np.bincount((row_index * groups + group)[candidate],
-                        minlength=rows * groups).reshape(rows, groups)
     wanted = np.maximum(1, np.round(candidate.sum(axis=1) * masked_lm_prob).astype(np.int64))
     to_predict = np.minimum(max_predictions_per_seq, wanted)
+    if whole_word_masking:
+        selected, group = _choose_words(tokens, candidate, to_predict, tables, generator)
+        # One 80/10/10 decision per group (a whole word shares it).
+        decision = np.take_along_axis(generator.random(group.shape), group, axis=1)
+    else:  # every token a group of its own: the to_predict smallest of i.i.d. keys
+        keys = generator.random((rows, width))
+        keys[~candidate] = np.inf
+        smallest = np.partition(keys, min(max_predictions_per_seq, width) - 1, axis=1)
+        smallest = np.sort(smallest[:, :max_predictions_per_seq], axis=1)
+        threshold = smallest[np.arange(rows), np.minimum(to_predict, smallest.shape[1]) - 1]
+        selected = candidate & (keys <= threshold[:, None])
+        selected &= np.cumsum(selected, axis=1) <= to_predict[:, None]  # (ties)
+        decision = generator.random((rows, width))
+    to_mask = selected & (decision < mask_token_rate)
+    to_random = selected & ~to_mask & (decision < mask_token_rate + random_token_rate)
+    output = tokens.copy()
+    output[to_mask] = vocab.mask_id
+    random_ids = generator.integers(len(tables.replacement_ids), size=int(to_random.sum()))
+    output[to_random] = tables.replacement_ids[random_ids]
+    positions, labels, weights = _prediction_slots(selected, tokens, max_predictions_per_seq)
+    chosen = int(selected.sum())
+    counts = {"masked_lm_predictions": chosen, "masked_lm_mask": int(to_mask.sum()),
+              "masked_lm_random": int(to_random.sum()),
+              "masked_lm_kept": chosen - int(to_mask.sum()) - int(to_random.sum()),
+              "capped_instances": int((wanted > max_predictions_per_seq).sum())}
+    return MaskedBatch(output, positions, labels, weights, counts)
+
+
+def _choose_words(tokens, candidate, to_predict, tables, generator):
+    """Whole-word choice: ``(selected [B, L], group index [B, L])``; the words are visited in
+    a uniformly random order and each one that still fits is taken."""
+    rows = len(tokens)
+    starts = candidate.copy()  # a piece joins the word right before it (never across cls/sep)
+    starts[:, 1:] &= ~(tables.continuation[tokens[:, 1:]] & candidate[:, :-1])
+    group = np.cumsum(starts, axis=1) - 1  # group index of each candidate position
+    groups = max(1, int(starts.sum(axis=1).max()) if rows else 1)
+    sizes = np.bincount((np.arange(rows)[:, None] * groups + group)[candidate],
+                        minlength=rows * groups).reshape(rows, groups)
     keys = generator.random((rows, groups))
     keys[sizes == 0] = 2.0  # absent groups last
     order = np.argsort(keys, axis=1, kind="stable")
@@ -102,22 +132,7 @@ def mask_batch(tokens: np.ndarray, lengths: np.ndarray, vocab: BertVocabulary,
     chosen_group = np.zeros((rows, groups), bool)
     np.put_along_axis(chosen_group, order, taken, axis=1)
     group = np.maximum(group, 0)
-    selected = candidate & np.take_along_axis(chosen_group, group, axis=1)
-    # One 80/10/10 decision per group (a whole word shares it).
-    decision = np.take_along_axis(generator.random((rows, groups)), group, axis=1)
-    to_mask = selected & (decision < mask_token_rate)
-    to_random = selected & ~to_mask & (decision < mask_token_rate + random_token_rate)
-    output = tokens.copy()
-    output[to_mask] = vocab.mask_id
-    random_ids = generator.integers(len(tables.replacement_ids), size=int(to_random.sum()))
-    output[to_random] = tables.replacement_ids[random_ids]
-    positions, labels, weights = _prediction_slots(selected, tokens, max_predictions_per_seq)
-    chosen = int(selected.sum())
-    counts = {"masked_lm_predictions": chosen, "masked_lm_mask": int(to_mask.sum()),
-              "masked_lm_random": int(to_random.sum()),
-              "masked_lm_kept": chosen - int(to_mask.sum()) - int(to_random.sum()),
-              "capped_instances": int((wanted > max_predictions_per_seq).sum())}
-    return MaskedBatch(output, positions, labels, weights, counts)
+    return candidate & np.take_along_axis(chosen_group, group, axis=1), group
 
 
 def _prediction_slots(selected: np.ndarray, tokens: np.ndarray, slots: int):
@@ -134,51 +149,74 @@ def _prediction_slots(selected: np.ndarray, tokens: np.ndarray, slots: int):
     return positions, labels, weights
 
 
-def padded_rows(sequences: Sequence[Sequence[int]], width: int, pad: int = 0):
-    """``(values [B, width] int64, lengths [B])`` of sequences of at most ``width`` values."""
-    lengths = np.fromiter(map(len, sequences), np.int64, count=len(sequences))
-    values = np.full((len(sequences), width), pad, np.int64)
-    values[np.arange(width) < lengths[:, None]] = np.fromiter(
-        itertools.chain.from_iterable(sequences), np.int64, count=int(lengths.sum()))
-    return values, lengths
-
-
 # --------------------------------------------------------------------------- records
 
 
-def pair_records(instances: Sequence, labels: Sequence[int], label_name: str,
+def token_stream(documents: Sequence[Sequence[Sequence[int]]]) -> tuple:
+    """``(tokens, offsets)``: the documents' segments end to end as one int64 array, and
+    where each document starts in it."""
+    segments = [np.asarray(segment, np.int64) for document in documents for segment in document]
+    lengths = np.fromiter((sum(map(len, document)) for document in documents), np.int64,
+                          count=len(documents))
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return (np.concatenate(segments) if segments else np.zeros(0, np.int64)), offsets
+
+
+def pair_records(stream: np.ndarray, spans: np.ndarray, labels: np.ndarray, label_name: str,
                  vocab: BertVocabulary, config: dict, seed_scope: tuple, stats: dict) -> list:
-    """The shuffled, serialized records of a shard's two-segment instances (each with
-    ``tokens`` and ``segment_ids`` lists): ``input_ids[L]``, ``input_mask[L]``,
-    ``segment_ids[L]``, ``label_name[1]`` and, with static masking,
-    ``masked_lm_positions/ids/weights[P]`` (CONTRACTS §3). Adds the masking counts to
-    ``stats``."""
-    order = seeded_generator(*seed_scope, "shuffle").permutation(len(instances))
+    """The shuffled, serialized records of a shard's two-segment instances.
+
+    ``spans [N, 4]``: ``a_start, a_end, b_start, b_end`` of each instance in ``stream``
+    (:func:`token_stream`), laid out as ``[CLS] A [SEP] B [SEP]`` (segment ids 0 for
+    ``[CLS] A [SEP]``, 1 for ``B [SEP]``); ``labels [N]`` the sentence-level labels.
+    Records: ``input_ids[L]``, ``input_mask[L]``, ``segment_ids[L]``, ``label_name[1]`` and,
+    with static masking, ``masked_lm_positions/ids/weights[P]`` (CONTRACTS §3). Adds the
+    masking counts to ``stats``.
+    """
+    order = seeded_generator(*seed_scope, "shuffle").permutation(len(spans))
     generator = seeded_generator(*seed_scope, "mask")
     tables = VocabularyTables.of(vocab) if not config["dynamic_masking"] else None
     records = []
-    for start in range(0, len(instances), BATCH):
-        chosen = order[start:start + BATCH].tolist()
-        batch = [instances[i] for i in chosen]
-        records.extend(_pair_batch(batch, [labels[i] for i in chosen], label_name, vocab,
+    for start in range(0, len(spans), BATCH):
+        chosen = order[start:start + BATCH]
+        records.extend(_pair_batch(stream, spans[chosen], labels[chosen], label_name, vocab,
                                    tables, config, generator, stats))
     return records
 
 
-def _pair_batch(batch, labels, label_name, vocab, tables, config, generator, stats) -> list:
+def pair_layout(stream: np.ndarray, spans: np.ndarray, width: int, cls_id: int, sep_id: int):
+    """``(tokens [B, width], lengths [B], segment_ids [B, width])`` of ``[CLS] A [SEP] B
+    [SEP]`` gathered from ``stream``, 0-padded."""
+    a_start, a_end, b_start, b_end = (spans[:, i:i + 1] for i in range(4))
+    column = np.arange(width)[None, :]
+    b_first = a_end - a_start + 2  # column of B's first token
+    lengths = b_first + b_end - b_start + 1
+    in_a = (column >= 1) & (column < b_first - 1)
+    in_b = (column >= b_first) & (column < lengths - 1)
+    source = np.where(in_a, a_start + column - 1, b_start + column - b_first)
+    tokens = np.where(in_a | in_b, stream[np.clip(source, 0, max(len(stream) - 1, 0))], 0)
+    rows = np.arange(len(spans))
+    tokens[:, 0] = cls_id
+    tokens[rows, b_first[:, 0] - 1] = sep_id
+    tokens[rows, lengths[:, 0] - 1] = sep_id
+    segment_ids = ((column >= b_first) & (column < lengths)).astype(np.int64)
+    return tokens, lengths[:, 0], segment_ids
+
+
+def _pair_batch(stream, spans, labels, label_name, vocab, tables, config, generator,
+                stats) -> list:
     length = int(config["max_seq_length"])
     predictions = int(config["max_predictions_per_seq"])
-    tokens, lengths = padded_rows([instance.tokens for instance in batch], length)
-    segment_ids, _ = padded_rows([instance.segment_ids for instance in batch], length)
+    tokens, lengths, segment_ids = pair_layout(stream, spans, length, vocab.cls_id,
+                                               vocab.sep_id)
     features = {"input_mask": (np.arange(length) < lengths[:, None]).astype(np.int64),
                 "segment_ids": segment_ids,
                 label_name: np.asarray(labels, np.int64)[:, None]}
     if config["dynamic_masking"]:
         features["input_ids"] = tokens
         return serialize_examples(features)
-    ngram = int(config.get("ngram_masking", 0))
-    if ngram > 0:
-        masked = _ngram_batch(batch, tokens, vocab, config, generator, predictions, stats)
+    if int(config.get("ngram_masking", 0)) > 0:
+        masked = _ngram_batch(tokens, lengths, vocab, config, generator, predictions, stats)
     else:
         masked = mask_batch(tokens, lengths, vocab, tables, config["masked_lm_prob"],
                             predictions, config["whole_word_masking"], generator,
@@ -190,22 +228,20 @@ def _pair_batch(batch, labels, label_name, vocab, tables, config, generator, sta
     return serialize_examples(features, {"masked_lm_weights": masked.weights})
 
 
-def _ngram_batch(batch, tokens, vocab, config, generator, predictions, stats) -> MaskedBatch:
-    """N-gram masking (ALBERT §4.1) instance by instance (``masking.py``), as matrices."""
-    import random
-
+def _ngram_batch(tokens, lengths, vocab, config, generator, predictions, stats) -> MaskedBatch:
+    """N-gram masking (ALBERT §4.1) sequence by sequence (``masking.py``), as matrices."""
     rng = random.Random(int(generator.integers(1 << 62)))
     output = tokens.copy()
-    positions = np.zeros((len(batch), predictions), np.int64)
-    labels = np.zeros((len(batch), predictions), np.int64)
-    weights = np.zeros((len(batch), predictions), np.float32)
-    for row, instance in enumerate(batch):
+    positions = np.zeros((len(tokens), predictions), np.int64)
+    labels = np.zeros((len(tokens), predictions), np.int64)
+    weights = np.zeros((len(tokens), predictions), np.float32)
+    for row, length in enumerate(lengths.tolist()):
         masked = create_masked_lm_predictions(
-            instance.tokens, vocab, config["masked_lm_prob"], predictions,
+            tokens[row, :length].tolist(), vocab, config["masked_lm_prob"], predictions,
             config["whole_word_masking"], rng, config["mask_token_rate"],
             config["random_token_rate"], int(config["ngram_masking"]))
         count_masking(stats, masked)
-        output[row, :len(masked.output_tokens)] = masked.output_tokens
+        output[row, :length] = masked.output_tokens
         count = len(masked.positions)
         positions[row, :count] = masked.positions
         labels[row, :count] = masked.labels
