@@ -89,10 +89,6 @@ class _Record:
         self.blocks.append(np.broadcast_to(block, (self.rows, len(data))))
         self.used.append(None)
 
-    def raw(self, data: np.ndarray) -> None:
-        self.blocks.append(data)
-        self.used.append(None)
-
     def varints(self, values: np.ndarray) -> None:
         data, used, _ = _varint_slots(values)
         self.blocks.append(data)
