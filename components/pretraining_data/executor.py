@@ -214,9 +214,14 @@ class _WriteShard(beam.DoFn):
         yield stats
 
 
+# GZIP at zlib's fastest level: compressing at the default level 6 took about as long as
+# building the records; level 1 makes files about 10% larger. Readers only need "GZIP".
+_RECORD_OPTIONS = tf.io.TFRecordOptions(compression_type="GZIP", compression_level=1)
+
+
 def _write_records(path: str, records: list) -> None:
     temporary = f"{path}.tmp-{uuid.uuid4().hex}"
-    with tf.io.TFRecordWriter(temporary, options="GZIP") as writer:
+    with tf.io.TFRecordWriter(temporary, options=_RECORD_OPTIONS) as writer:
         for record in records:
             writer.write(record)
     tf.io.gfile.rename(temporary, path, overwrite=True)
