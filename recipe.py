@@ -21,6 +21,7 @@ from lmfactory.components import tasks as task_kinds
 from lmfactory.components.example_gen import formats as ingest_formats
 from lmfactory.components.trainer.checkpoints import KEEP_CHOICES
 from lmfactory.components.trainer.optimization import DECAYS, OPTIMIZERS
+from lmfactory.components.trainer.precision import PRECISIONS
 from lmfactory.components.trainer.strategy import STRATEGIES
 from lmfactory.recipe_knowledge import check_knowledge_graph
 from lmfactory.recipe_knowledge import schema as knowledge_graph_schema
@@ -69,7 +70,9 @@ DEFAULTS = {
     "evaluation": {"threshold": None, "batch_size": 64, "max_batches": None},
     "serving": {"generation": {"max_length": 64, "sampler": "top_k", "k": 10,
                                "temperature": 1.0}},
-    "runtime": {"strategy": "auto", "tpu": None, "jit_compile": False,
+    # precision: float32, or mixed_bfloat16 (bfloat16 compute, float32 variables and
+    # losses; components/trainer/precision.py)
+    "runtime": {"strategy": "auto", "tpu": None, "jit_compile": False, "precision": "float32",
                 "steps_per_checkpoint": 200, "seed": 0,
                 # eval_steps eval batches at each checkpoint (the validation curve), and a
                 # progress line (step, loss, rate, ETA) at least every progress_seconds
@@ -552,6 +555,7 @@ def validate(recipe: dict) -> dict:
     check.get("serving.model_name")
     check.choice("runtime.strategy", STRATEGIES)
     check.boolean("runtime.jit_compile")
+    check.choice("runtime.precision", PRECISIONS)
     check.positive_int("runtime.steps_per_checkpoint")
     check.fraction("runtime.progress_seconds", 0.001, 1e9)
     if check.choice("finetuning.keep", KEEP_CHOICES) == "best":

@@ -6,6 +6,8 @@ same sizes, on the same batches, in the same run.
     .venv/bin/python benchmarks/pretraining.py --quick         # smoke run, under a minute
     .venv/bin/python benchmarks/pretraining.py --strategy mirrored          # several GPUs
     .venv/bin/python benchmarks/pretraining.py --strategy tpu --tpu NAME    # a Cloud TPU
+    .venv/bin/python benchmarks/pretraining.py --configs BERT-small --loss-steps 30
+        # one configuration (all its variants) and the bf16 loss curves only
 
 What runs. Each configuration builds every contender with random weights (dropout 0.1, as
 in pretraining) and compiles it with the same optimiser (AdamW, lr 1e-4, weight decay
@@ -24,8 +26,13 @@ weights, repeated and prefetched), mapped to each model's input layout.
 * GPT-2-small shape (12 layers, hidden 768, 12 heads, FFN 3072, vocabulary 50257), batch
   4, sequence 128: "project CLM" (`GPT2CausalLM`) vs "keras-hub CLM" (`GPT2CausalLM`).
 * Variants: "default" (TF graph), "xla" (`compile(jit_compile=True)`) and "bf16" (every
-  layer built under the `mixed_bfloat16` policy; bfloat16 matmuls use AMX on CPUs that
-  have it). The default run times all three on BERT-mini and "default" elsewhere.
+  layer built under the `mixed_bfloat16` policy, as the recipe's ``runtime.precision:
+  mixed_bfloat16`` builds them, components/trainer/precision.py; bfloat16 matmuls use
+  AMX or AVX512-BF16 on CPUs that have them). The default run times all three on
+  BERT-mini, "default" and "bf16" on BERT-small, "default" on GPT-2.
+* Loss curves (`pretraining_precision.py`): the project's BERT-small MLM + NSP trained
+  ``--loss-steps`` steps (default 60) from the same seed in float32 and in bf16, and in
+  float32 with other dropout draws (the noise), on Zipf-distributed ids.
 * Scaling: BERT-mini at sequence length 32 x scale (scales 1, 4, 16: 32, 128, 512) with
   4096 tokens per batch (batch 128, 32, 8) and 15% of the positions predicted, so only the
   length changes the work per token (attention grows with T).
@@ -67,12 +74,14 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import common  # noqa: E402
+import pretraining_precision  # noqa: E402
 import keras  # noqa: E402
 import keras_hub  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from lmfactory import models  # noqa: E402
+from lmfactory.components.trainer.precision import precision_policy  # noqa: E402
 from lmfactory.components.trainer.strategy import make_strategy  # noqa: E402
 from lmfactory.models.gpt2.gpt2_causal_lm import tied_logits  # noqa: E402
 
@@ -125,13 +134,16 @@ class Setup:
 
 
 def encoder_data(batch: int, seq_len: int, predictions: int, vocabulary: int,
-                 pool_batches: int = 4, seed: int = 0) -> tf.data.Dataset:
+                 pool_batches: int = 4, seed: int = 0,
+                 zipf: float | None = None) -> tf.data.Dataset:
     """Synthetic masked-LM + NSP batches in the project's layout (CONTRACTS §3):
     x = {token_ids, padding_mask (bool), segment_ids, mask_positions}, y = {mlm [B, P],
     nsp [B]}, sample_weight = {mlm [B, P]}. Sequences hold [CLS] A [SEP] B [SEP] with a
     real length between T/2 and T (then padding); about 15% of the real positions are
     predicted, the rest of the P slots are padding predictions (position 0, weight 0).
-    ``pool_batches`` distinct batches repeat forever, prefetched."""
+    ``pool_batches`` distinct batches repeat forever, prefetched. ``zipf``: draw the ids
+    from a Zipf distribution with that exponent (a learnable unigram distribution, as in
+    text) instead of uniformly."""
     rng = np.random.default_rng(seed)
     count = batch * pool_batches
     token_ids = np.zeros((count, seq_len), np.int32)
@@ -140,7 +152,10 @@ def encoder_data(batch: int, seq_len: int, predictions: int, vocabulary: int,
     weights = np.zeros((count, predictions), np.float32)
     for row in range(count):
         length = int(rng.integers(max(4, seq_len // 2), seq_len + 1))
-        token_ids[row, :length] = rng.integers(1000, vocabulary, length)
+        if zipf:
+            token_ids[row, :length] = 1000 + (rng.zipf(zipf, length) - 1) % (vocabulary - 1000)
+        else:
+            token_ids[row, :length] = rng.integers(1000, vocabulary, length)
         middle = length // 2
         token_ids[row, [0, middle, length - 1]] = [101, 102, 102]  # [CLS], [SEP], [SEP]
         segment_ids[row, middle + 1:length] = 1
@@ -217,18 +232,14 @@ def build_contender(contender: str, shape: dict, seq_len: int):
 
 
 def compiled_contender(contender: str, shape: dict, seq_len: int, variant: str, strategy):
-    """``build_contender`` under the variant's dtype policy, compiled with AdamW inside
+    """``build_contender`` under the variant's dtype policy (set as the recipe's
+    ``runtime.precision`` sets it, `precision_policy`), compiled with AdamW inside
     ``strategy``'s scope (``jit_compile`` per the variant)."""
     jit_compile, policy = VARIANTS[variant]
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(policy)
-    try:
-        with strategy.scope():
-            model = build_contender(contender, shape, seq_len)
-            model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01),
-                          jit_compile=jit_compile)
-    finally:
-        keras.config.set_dtype_policy(previous)
+    with precision_policy(policy), strategy.scope():
+        model = build_contender(contender, shape, seq_len)
+        model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01),
+                      jit_compile=jit_compile)
     return model
 
 
@@ -347,6 +358,22 @@ def output_layer_times(cases, repeats: int) -> list:
 # --------------------------------------------------------------------------- report
 
 
+def loss_curves(shape_name: str, steps: int, strategy, seed: int = 0) -> dict:
+    """float32 vs mixed_bfloat16 (and float32 with other dropout draws) loss curves of the
+    project's MLM + NSP model at ``shape_name``, b32 T128, ``steps`` distinct batches of
+    Zipf-distributed ids (`pretraining_precision.loss_curves`)."""
+    shape = SHAPES[shape_name]
+    data = encoder_data(32, 128, 20, shape["vocabulary_size"], pool_batches=steps, seed=seed,
+                        zipf=1.1)
+
+    def build(precision):
+        model = build_contender("project MLM+NSP", shape, 128)
+        model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01))
+        return model
+
+    return pretraining_precision.loss_curves(build, data, steps, seed, strategy)
+
+
 def plan(scales, quick: bool):
     """(setups, scaling setups, micro cases, timing) for a full or ``quick`` run."""
     if quick:
@@ -360,8 +387,9 @@ def plan(scales, quick: bool):
                          "xla": ("project MLM+NSP", "keras-hub MLM"),
                          "bf16": ("project MLM+NSP", "keras-hub MLM")}
         setups = [Setup("BERT-mini", 32, 128, 20, every_variant),
-                  Setup("BERT-small", 32, 128, 20, {"default": ("project MLM+NSP",
-                                                                "keras-hub MLM")}),
+                  Setup("BERT-small", 32, 128, 20,
+                        {"default": ("project MLM+NSP", "keras-hub MLM"),
+                         "bf16": ("project MLM+NSP", "keras-hub MLM")}),
                   Setup("GPT-2-small", 4, 128, 0, {"default": DECODER_CONTENDERS})]
         base, tokens = 32, 4096
         cases = [("BERT-mini MLM", 32, 20, 256, BERT_VOCABULARY),
@@ -447,7 +475,7 @@ def throughput_plot(path: str, records: list) -> str:
 
 
 def findings(records: list, scaling: list, micro: list, peaks: dict, pipeline: float,
-             strategy) -> list:
+             strategy, curves: dict | None = None) -> list:
     """Short sentences on what the figures show."""
     out = [f"Dense-matmul peak measured in this run: {peaks['float32'] / 1e9:.0f} GFLOP/s "
            f"float32, {peaks['bfloat16'] / 1e9:.0f} GFLOP/s bfloat16 "
@@ -493,6 +521,14 @@ def findings(records: list, scaling: list, micro: list, peaks: dict, pipeline: f
                    f"{first[2]:.0f} at T={first[0]} to {last[2]:.0f} at T={last[0]}; "
                    f"keras-hub from {first[3]:.0f} to {last[3]:.0f} (attention's 12 L T d "
                    f"FLOPs per token grow with T).")
+    if curves:
+        single, mixed, other = (np.asarray(curves[run]) for run in pretraining_precision.RUNS)
+        out.append(f"Loss curves over {len(single)} steps from the same seed: bf16 differs "
+                   f"from float32 by {np.mean(np.abs(mixed - single)):.4f} on average (max "
+                   f"{np.max(np.abs(mixed - single)):.4f}); float32 with other dropout draws "
+                   f"differs by {np.mean(np.abs(other - single)):.4f} (max "
+                   f"{np.max(np.abs(other - single)):.4f}); the loss goes from "
+                   f"{single[0]:.3f} to {single[-1]:.3f}.")
     out.append(f"The input pipeline alone yields {pipeline:.0f} batches/s, far above the "
                f"steps/s of any model here: prefetching in-memory batches leaves nothing "
                f"to parallelise.")
@@ -504,14 +540,23 @@ def findings(records: list, scaling: list, micro: list, peaks: dict, pipeline: f
 
 
 def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False,
-        strategy: str = "default", tpu: str | None = None) -> common.Result:
+        strategy: str = "default", tpu: str | None = None, configs=None,
+        loss_steps: int = 60, rounds: int | None = None) -> common.Result:
     """Runs the whole benchmark (see the module docstring); returns its tables, plots,
-    findings and raw figures."""
+    findings and raw figures. ``configs``: only these shapes (e.g. ``["BERT-small"]``),
+    without the scaling study and the output-layer micro-benchmark. ``loss_steps``: the
+    length of the float32 vs bf16 loss curves (0: none). ``rounds``: timed rounds."""
     started = time.perf_counter()
     os.makedirs(out_dir, exist_ok=True)
     dist = make_strategy(strategy, tpu)
+    print(f"load average at start: {os.getloadavg()}", flush=True)
     peaks = measure_peaks(quick)
     setups, scaling_setups, cases, timing = plan(scales, quick)
+    if rounds:
+        timing["rounds"] = rounds
+    if configs:
+        setups = [setup for setup in setups if setup.shape in configs]
+        scaling_setups, cases = [], []
     pipeline = pipeline_batches_per_second(encoder_data(32, 128, 20, BERT_VOCABULARY))
 
     records = []
@@ -526,6 +571,8 @@ def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False,
                   and r["variant"] == "default" and r["contender"] in SCALING_CONTENDERS]
         scaling_records += reused or measure_setup(setup, dist, timing)
     micro = output_layer_times(cases, repeats=2 if quick else 4)
+    curve_shape = "BERT-tiny" if quick else "BERT-small"
+    curves = loss_curves(curve_shape, loss_steps, dist) if loss_steps else None
     # Measured again at the end: the higher figure is the less disturbed one.
     again = measure_peaks(quick)
     peaks = {dtype: max(peak, again[dtype]) for dtype, peak in peaks.items()}
@@ -548,38 +595,54 @@ def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False,
                              peer["tokens_per_s"], ours["tokens_per_s"] / peer["tokens_per_s"],
                              100 * ours["flops_per_s"] / peaks["float32"],
                              100 * peer["flops_per_s"] / peaks["float32"]])
-    tables.append(common.Table(
+    if scaling_setups:
+        tables.append(scaling_table(scaling_setups, scaling_rows))
+    if micro:
+        tables.append(common.Table(
+            "Tied output layer, forward + backward", ["case", "hidden x vocabulary",
+                                                      "keras-nlp 3-D call ms",
+                                                      "project tied_logits ms", "ratio",
+                                                      "same logits"], micro,
+            "Gradients for the embedding table and the hidden states; best of a few "
+            "calls."))
+    if curves:
+        tables.append(pretraining_precision.curve_table(
+            curves, f"{curve_shape} b32 T128", max(1, loss_steps // 10)))
+    plots = [throughput_plot(os.path.join(out_dir, "pretraining_tokens_per_s.png"), records)]
+    if scaling_rows:
+        plots.append(common.line_plot(
+            os.path.join(out_dir, "pretraining_scaling.png"),
+            "BERT training throughput vs sequence length", "sequence length", "tokens/s",
+            {"project MLM+NSP": ([row[0] for row in scaling_rows],
+                                 [row[2] for row in scaling_rows]),
+             "keras-hub MLM": ([row[0] for row in scaling_rows],
+                               [row[3] for row in scaling_rows])}, log_x=True))
+    if curves:
+        plots.append(pretraining_precision.curve_plot(
+            os.path.join(out_dir, "pretraining_bf16_loss.png"), curves, curve_shape))
+    load = os.getloadavg()
+    print(f"load average at end: {load}", flush=True)
+    result = common.Result(
+        name="Pretraining throughput", tables=tables, plots=plots,
+        findings=findings(records, scaling_rows, micro, peaks, pipeline, dist, curves)
+        + [f"Load average (1, 5, 15 min) at the end of the run: "
+           f"{', '.join(f'{value:.1f}' for value in load)} on {os.cpu_count()} cores."],
+        figures={"machine": common.machine_info(), "peaks": peaks, "records": records,
+                 "scaling": scaling_records, "output_layer": micro,
+                 "pipeline_batches_per_s": pipeline, "strategy": strategy, "quick": quick,
+                 "loss_curves": curves, "load_average": load})
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def scaling_table(scaling_setups, scaling_rows) -> common.Table:
+    return common.Table(
         f"Scaling with sequence length ({scaling_setups[0].shape}, "
         f"{scaling_setups[0].batch * scaling_setups[0].seq_len} tokens per batch, default)",
         ["seq len", "batch", "project MLM+NSP tokens/s", "keras-hub MLM tokens/s",
          "ratio", "project % of peak", "keras-hub % of peak"], scaling_rows,
         "15% of the positions are predicted at every length; % of peak counts the "
-        "attention FLOPs (12 L T d per token), which grow with T."))
-    tables.append(common.Table(
-        "Tied output layer, forward + backward", ["case", "hidden x vocabulary",
-                                                  "keras-nlp 3-D call ms",
-                                                  "project tied_logits ms", "ratio",
-                                                  "same logits"], micro,
-        "Gradients for the embedding table and the hidden states; best of a few calls."))
-
-    plots = [
-        throughput_plot(os.path.join(out_dir, "pretraining_tokens_per_s.png"), records),
-        common.line_plot(os.path.join(out_dir, "pretraining_scaling.png"),
-                         "BERT training throughput vs sequence length", "sequence length",
-                         "tokens/s",
-                         {"project MLM+NSP": ([row[0] for row in scaling_rows],
-                                              [row[2] for row in scaling_rows]),
-                          "keras-hub MLM": ([row[0] for row in scaling_rows],
-                                            [row[3] for row in scaling_rows])}, log_x=True),
-    ]
-    result = common.Result(
-        name="Pretraining throughput", tables=tables, plots=plots,
-        findings=findings(records, scaling_rows, micro, peaks, pipeline, dist),
-        figures={"machine": common.machine_info(), "peaks": peaks, "records": records,
-                 "scaling": scaling_records, "output_layer": micro,
-                 "pipeline_batches_per_s": pipeline, "strategy": strategy, "quick": quick})
-    result.seconds = time.perf_counter() - started
-    return result
+        "attention FLOPs (12 L T d per token), which grow with T.")
 
 
 def main(argv=None):
@@ -591,9 +654,16 @@ def main(argv=None):
     parser.add_argument("--strategy", choices=("default", "mirrored", "tpu"),
                         default="default", help="tf.distribute strategy (make_strategy)")
     parser.add_argument("--tpu", default=None, help="TPU name or address (--strategy tpu)")
+    parser.add_argument("--configs", nargs="+", default=None, choices=sorted(SHAPES),
+                        help="only these model shapes (no scaling study, no micro-benchmark)")
+    parser.add_argument("--loss-steps", type=int, default=60,
+                        help="steps of the float32 vs bf16 loss curves (0: none)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="timed rounds per contender (default 3; 2 with --quick)")
     args = parser.parse_args(argv)
     result = run(tuple(args.scales), args.out_dir, quick=args.quick, strategy=args.strategy,
-                 tpu=args.tpu)
+                 tpu=args.tpu, configs=args.configs, loss_steps=args.loss_steps,
+                 rounds=args.rounds)
     common.write_json(result.figures, os.path.join(args.out_dir, "pretraining.json"))
     print(result.markdown())
     return result

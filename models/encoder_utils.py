@@ -23,6 +23,8 @@ import keras
 import keras_nlp
 from keras import ops
 
+from lmfactory.models.folded_dense import TransformerEncoder
+
 # --------------------------------------------------------------------------- inputs
 
 
@@ -127,11 +129,12 @@ def post_ln_encoder_blocks(num_layers, *, num_heads, intermediate_dim, dropout,
                            kernel_initializer, dtype, layer_norm_epsilon=1e-12,
                            activation="gelu"):
     """BERT's L Transformer blocks (Devlin et al. 2019 §3, the encoder of Vaswani et al.
-    2017): keras-nlp `TransformerEncoder`s named ``transformer_layer_{i}``, post-LayerNorm,
+    2017): keras-nlp `TransformerEncoder`s (with `FoldedDense` feed-forward layers,
+    models/folded_dense.py) named ``transformer_layer_{i}``, post-LayerNorm,
     exact GELU by default (keras' "gelu" is the erf form). ``kernel_initializer`` is a
     zero-argument factory called once per block, so every block gets its own seed."""
     return [
-        keras_nlp.layers.TransformerEncoder(
+        TransformerEncoder(
             intermediate_dim=intermediate_dim,
             num_heads=num_heads,
             dropout=dropout,

@@ -6,6 +6,7 @@ import dataclasses
 
 from lmfactory.components.trainer.checkpoints import KEEP_CHOICES
 from lmfactory.components.trainer.optimization import DECAYS, OPTIMIZERS
+from lmfactory.components.trainer.precision import check_precision
 from lmfactory.components.trainer.strategy import STRATEGIES
 
 
@@ -31,6 +32,8 @@ class TrainerConfig:
     strategy: str = "auto"
     tpu: str | None = None
     jit_compile: bool = False
+    # float32 or mixed_bfloat16 (components/trainer/precision.py)
+    precision: str = "float32"
     steps_per_checkpoint: int = 200
     checkpoint_dir: str | None = None
     # At each checkpoint: evaluate eval_steps eval batches (the validation curve), and keep
@@ -88,6 +91,7 @@ class TrainerConfig:
                              f"{self.final_learning_rate_fraction}")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+        check_precision(self.precision)
         if self.steps_per_checkpoint < 1:
             raise ValueError("steps_per_checkpoint must be >= 1")
         if self.keep not in KEEP_CHOICES:

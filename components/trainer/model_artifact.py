@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from lmfactory import models
+from lmfactory.components.trainer.precision import stage_backbone_config
 from lmfactory.components.trainer.serving import SERVING_DIR
 
 KERAS_DIR = "keras"
@@ -45,10 +46,13 @@ def read_model_config(model_path: str) -> dict:
 
 
 def load_model_backbone(model_path: str):
-    """The trained backbone of a Model artifact and its ``model_config``."""
+    """The trained backbone of a Model artifact and its ``model_config``; it computes in the
+    loading stage's precision (the Keras dtype policy in force), not in the one it was
+    trained in (`stage_backbone_config`)."""
     model_config = read_model_config(model_path)
     arch = models.get(model_config["architecture"])
-    backbone = arch.backbone_cls.from_config(model_config["backbone_config"])
+    backbone = arch.backbone_cls.from_config(
+        stage_backbone_config(model_config["backbone_config"]))
     backbone.load_weights(os.path.join(keras_dir_of(model_path), BACKBONE_WEIGHTS))
     return backbone, model_config
 

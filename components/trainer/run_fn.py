@@ -37,6 +37,7 @@ from lmfactory.components.trainer.model_artifact import (
 from lmfactory.components.trainer import fit_loop, training_curve
 from lmfactory.components.trainer.config import TrainerConfig
 from lmfactory.components.trainer.optimization import make_optimizer
+from lmfactory.components.trainer.precision import precision_policy
 from lmfactory.components.trainer.strategy import is_chief, make_strategy
 from lmfactory.models.tokenizers import load_tokenizer
 
@@ -65,9 +66,11 @@ def run_fn(fn_args) -> None:
         fn_args, scratch = _scratch_outputs(fn_args)
     try:
         context = StageContext(fn_args, config, strategy, examples_uri)
-        trained = kind.train(context)
-        trained["vocab_dir"] = context.knowledge_vocabulary(trained["vocab_dir"])
-        _write_outputs(fn_args, config, **trained)
+        # The stage's models are built, trained and exported under runtime.precision.
+        with precision_policy(config.precision):
+            trained = kind.train(context)
+            trained["vocab_dir"] = context.knowledge_vocabulary(trained["vocab_dir"])
+            _write_outputs(fn_args, config, **trained)
     finally:
         if scratch:
             tf.io.gfile.rmtree(scratch)
