@@ -12,7 +12,7 @@ the graph links by two of them is ambiguous and dropped. Examples are split by e
 
 Everything left out is counted (``counts.json``): empty lines and headings, sentences too
 long or without two entities, pairs whose relation is outside the top k, ambiguous pairs,
-mentions that are not the first word-bounded occurrence of their string (the serving model
+mentions that are not the first free-standing occurrence of their string (the serving model
 marks mentions by string, models/tasks/relation_marking.py), duplicates.
 
 Writes ``train.tsv`` / ``eval.tsv`` (header ``text head tail relation``), ``relations.txt``

@@ -13,8 +13,8 @@ mark is one token of the model's vocabulary (checked when the layer is built), s
 ERNIE read the same marked sequence and classify it from [CLS] with their ordinary
 classification heads (`Architecture.head("classification")`).
 
-A mention is given by its surface string; the first occurrence of that string on word
-boundaries is the one marked (head first, then tail in the head-marked text). The data
+A mention is given by its surface string; its first occurrence not glued to a word
+character (ASCII \\w, as RE2's) is the one marked (head first, then tail in the head-marked text). The data
 builder (components/knowledge_graph/relation_data.py) keeps only examples whose linked
 mentions are those first occurrences, so marking by string is exact for them.
 keras-nlp / tf-text have no mention marker; this is our own (RE2 ``regex_replace`` per row,
@@ -33,25 +33,25 @@ DEFAULT_MARKERS = {"head_marker": "*", "tail_marker": "~"}
 def _mark_one(text: str, mention: str, marker: str) -> str:
     if not mention:
         return text
-    pattern = r"\b" + re.escape(mention) + r"\b"
-    return re.sub(pattern, lambda match: f"{marker} {match.group(0)} {marker}", text,
-                  count=1, flags=re.ASCII)
+    pattern = r"(^|\W)(" + re.escape(mention) + r")(\W|$)"
+    return re.sub(pattern, lambda m: f"{m.group(1)}{marker} {m.group(2)} {marker}{m.group(3)}",
+                  text, count=1, flags=re.ASCII)
 
 
 def mark_mentions(text: str, head: str, tail: str, head_marker: str = "*",
                   tail_marker: str = "~") -> str:
-    """The reference (Python) marking: ``text`` with the first word-bounded occurrence of
-    ``head`` put between two ``head_marker``s, then that of ``tail`` between two
+    """The reference (Python) marking: ``text`` with the first occurrence of ``head`` not
+    glued to a word character put between two ``head_marker``s, then that of ``tail`` between two
     ``tail_marker``s (an empty or absent mention leaves the text as it is)."""
     return _mark_one(_mark_one(text, head, head_marker), tail, tail_marker)
 
 
 def _tf_mark(texts, mentions, marker: str):
     """`_mark_one` in graph ops: RE2 with the mention quoted literally (\\Q...\\E)."""
-    rewrite = f"{marker} \\0 {marker}"
+    rewrite = f"\\1{marker} \\2 {marker}\\3"
     # \E inside a mention would end the literal quote: escape it as \E\\E\Q.
     quoted = tf.strings.regex_replace(mentions, r"\\E", r"\\E\\\\E\\Q")
-    patterns = tf.strings.join(["\\b\\Q", quoted, "\\E\\b"])
+    patterns = tf.strings.join(["(^|\\W)(\\Q", quoted, "\\E)(\\W|$)"])
 
     def one(row):
         text, pattern, mention = row
