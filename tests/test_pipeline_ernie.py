@@ -30,10 +30,9 @@ def _head(source, path, lines):
 
 
 def _relations(tmp_path):
-    """Relation data of the first 700 WikiText-2 valid lines; 60 train / 20 eval rows."""
-    source = _head("../shared/data/wikitext-2/valid.txt", tmp_path / "wiki.txt", 700)
+    """Relation data of WikiText-2 valid; its first 60 train / 20 eval rows."""
     counts = relation_data.build(str(tmp_path / "relations"), top_k=5, eval_fraction=0.3,
-                                 sources=[{"format": "text", "path": source}])
+                                 sources=relation_data.DEFAULT_SOURCES[:1])
     assert min(counts["examples"].values()) >= 20
     paths = []
     for split, rows in (("train", 60), ("eval", 20)):
