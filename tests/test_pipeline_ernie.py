@@ -1,20 +1,26 @@
 """ERNIE through the whole DAG at tiny size (LocalDagRunner): a small FB15k-237 graph,
 TransE, the corpus linked to the graph's entities, MLM + NSP + dEA pretraining with the
-TransE table frozen, SST-2 fine-tuning, evaluation and push; the pushed SavedModel links
-and classifies raw strings containing entity names."""
+TransE table frozen, relation-classification fine-tuning (§3.5: head / tail mentions
+marked, [CLS] classified) on KG-linked WikiText-2 sentences built by
+components/knowledge_graph/relation_data.py, evaluation and push; the pushed SavedModel
+marks, links and classifies raw (text, head, tail) strings. (One DAG run serves both the
+GLUE-style classification path, which relation classification packs through ERNIE's
+classification preprocessor and [CLS] head, and the relation task.)"""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (ops used by the serving graph)
 
-from dag_helpers import TINY_TRAINING, small_corpus, small_tsv
+from dag_helpers import TINY_TRAINING, small_corpus
+from lmfactory.components.knowledge_graph import relation_data
 from lmfactory.pipelines import runners
 from lmfactory.recipe import load_recipe
 
 KG = "../shared/data/kg/FB15k-237"
 SENTENCES = ["a gorgeous film shot in india and canada", "dull and lifeless",
              "", "caf\u00e9 in norway \u2013 \u4e2d\u6587"]
+HEADS, TAILS = ["india", "", "x", "norway"], ["canada", "lifeless", "", "caf\u00e9"]
 
 
 def _head(source, path, lines):
@@ -23,20 +29,33 @@ def _head(source, path, lines):
     return str(path)
 
 
+def _relations(tmp_path):
+    """Relation data of WikiText-2 valid; its first 60 train / 20 eval rows."""
+    counts = relation_data.build(str(tmp_path / "relations"), top_k=5, eval_fraction=0.3,
+                                 sources=relation_data.DEFAULT_SOURCES[:1])
+    assert min(counts["examples"].values()) >= 20
+    paths = []
+    for split, rows in (("train", 60), ("eval", 20)):
+        paths.append(_head(str(tmp_path / "relations" / f"{split}.tsv"),
+                           tmp_path / f"{split}.tsv", rows + 1))
+    return paths
+
+
 def test_ernie_links_pretrains_fine_tunes_and_pushes(tmp_path, demo_data):
-    train = small_tsv(demo_data / "sst2" / "train.tsv", tmp_path / "train.tsv", 80)
-    dev = small_tsv(demo_data / "sst2" / "dev.tsv", tmp_path / "dev.tsv", 20)
+    train, dev = _relations(tmp_path)
     corpus = small_corpus(demo_data, tmp_path / "corpus.txt", 30)
     triples = _head(f"{KG}/train.txt", tmp_path / "train.txt", 2000)
     overrides = [t for t in TINY_TRAINING if not t.startswith("overrides=")] + [
         f"data.task.splits.train={train}", f"data.task.splits.eval={dev}",
         f"data.corpus.path={corpus}", "tokenizer.vocab_size=600",
-        "finetuning.sequence_length=32", "evaluation.threshold=0.0",
+        "finetuning.sequence_length=48", "evaluation.threshold=0.0",
+        # Mark characters of the tiny vocabulary (§3.5's [HD] / [TL]).
+        'finetuning.task_args={head_marker: "%", tail_marker: ":"}',
         f"knowledge_graph.splits={{train: {triples}}}",
         "knowledge_graph.embedding={method: transe, dim: 16, epochs: 1, batch_size: 256}",
         "overrides={hidden_dim: 32, num_heads: 2, intermediate_dim: 64, entity_num_heads: 2,"
         " max_sequence_length: 64}"]
-    recipe = load_recipe("ernie_fb15k237_sst2", overrides)
+    recipe = load_recipe("ernie_fb15k237_relations", overrides)
     summary = runners.run_local(recipe, str(tmp_path / "runs"))
     assert summary["evaluation"]["blessed"] is True
     assert summary["evaluation"]["metrics"]["examples"] == 20
@@ -53,9 +72,14 @@ def test_ernie_links_pretrains_fine_tunes_and_pushes(tmp_path, demo_data):
     assert 0 < counts["masked_entities"] < counts["aligned_entities"]
 
     serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
-    probabilities = serve(sentence=tf.constant(SENTENCES))["probabilities"].numpy()
-    assert probabilities.shape == (len(SENTENCES), 2)
+    outputs = serve(text=tf.constant(SENTENCES), head=tf.constant(HEADS),
+                    tail=tf.constant(TAILS))
+    probabilities = outputs["probabilities"].numpy()
+    relations = {line.split("\t")[3] for line in open(train, encoding="utf-8").read(
+        ).splitlines()[1:] + open(dev, encoding="utf-8").read().splitlines()[1:]}
+    assert probabilities.shape == (len(SENTENCES), len(relations))
     assert probabilities.sum(axis=1) == pytest.approx([1.0] * len(SENTENCES), abs=1e-5)
+    assert {name.decode() for name in outputs["label_name"].numpy()} <= relations
 
     # The pushed model links raw text itself: its vocabulary holds the graph's labels, and
     # the preprocessor built from them finds the entity names in the served sentences.

@@ -20,7 +20,9 @@ on task names:
 Kinds: ``classification`` and ``regression`` (classification.py), ``language_model``
 (language_model.py: pretraining, and the recipe task ``causal_lm``), ``tagging``,
 ``span_qa``, ``multiple_choice``, ``word_vectors`` (continued word-vector training, vectors
-served; it also exports the Pretrainer's models of its objectives, `serving_kind`).
+served; it also exports the Pretrainer's models of its objectives, `serving_kind`),
+``relation_classification`` (relation_classification.py: marked head / tail mentions, ERNIE
+§3.5).
 """
 
 from lmfactory.components.tasks.registry import (  # noqa: F401
@@ -35,6 +37,7 @@ from lmfactory.components.tasks import multiple_choice  # noqa: E402,F401  isort
 from lmfactory.components.tasks import word_vectors  # noqa: E402,F401  isort:skip
 from lmfactory.components.tasks import translation  # noqa: E402,F401  isort:skip
 from lmfactory.components.tasks import text_to_text  # noqa: E402,F401  isort:skip
+from lmfactory.components.tasks import relation_classification  # noqa: E402,F401  isort:skip
 
 __all__ = ["TaskKind", "for_recipe", "get", "names", "recipe_tasks", "register",
            "serving_kind", "unregister"]

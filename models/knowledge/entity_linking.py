@@ -130,6 +130,7 @@ def _shift_left(values, k: int, fill):
     return tf.pad(values, [[0, 0], [0, k]], constant_values=fill)[:, k:]
 
 
+@keras.saving.register_keras_serializable(package="lmfactory")
 class EntityLinkingLayer(keras.layers.Layer):
     """Raw strings [B] -> knowledge-graph entity mentions, ragged [B, None] each:
     ``starts``, ``ends`` (offsets into the text in ``offset_unit``: code points, as Python
