@@ -110,6 +110,16 @@ class ByteLevelBpeTokenizer(keras_nlp.tokenizers.BytePairTokenizer):
                                  if tokens else None)
         self._build_word_table(self._word_pieces or [])
         self._build_merge_table()
+        # The rare paths as functions of their own, never inlined: a tf.data iterator
+        # builds (optimises) a map function's graph each epoch, and these only when a batch
+        # needs them.
+        words = tf.TensorSpec([None], tf.string)
+        self._merge_words_once = tf.function(
+            self._merge_words, input_signature=[words], autograph=False,
+            experimental_attributes={"_noinline": True})
+        self._keras_nlp_words_once = tf.function(
+            self._keras_nlp_words, input_signature=[words], autograph=False,
+            experimental_attributes={"_noinline": True})
 
     def _build_word_table(self, word_pieces) -> None:
         """word -> row of a constant ragged id table: the words whose pieces are all in
@@ -185,7 +195,7 @@ class ByteLevelBpeTokenizer(keras_nlp.tokenizers.BytePairTokenizer):
         other, other_splits = tf.cond(
             tf.reduce_all(exact),
             lambda: (tf.zeros([0], tf.string), tf.zeros([1], tf.int64)),
-            lambda: self._keras_nlp_words(tf.gather(texts, rows)))
+            lambda: self._keras_nlp_words_once(tf.gather(texts, rows)))
         fast_count = tf.size(words, out_type=tf.int64)
         ids = self._word_ids(tf.concat([words, other], 0))
         fast_end = ids.row_splits[fast_count]
@@ -204,7 +214,7 @@ class ByteLevelBpeTokenizer(keras_nlp.tokenizers.BytePairTokenizer):
         rest (once per distinct word of the batch)."""
         if self._word_table is None:
             unique, position = tf.unique(words, out_idx=tf.int64)
-            return tf.gather(self._merge_words(unique), position)
+            return tf.gather(self._merge_words_once(unique), position)
         table = tf.RaggedTensor.from_row_splits(self._table_ids, self._table_splits,
                                                 validate=False)
         index = self._word_table.lookup(words)
@@ -214,7 +224,7 @@ class ByteLevelBpeTokenizer(keras_nlp.tokenizers.BytePairTokenizer):
             unique, position = tf.unique(tf.gather(words, missing), out_idx=tf.int64)
             rows = tf.tensor_scatter_nd_update(index, missing[:, None],
                                                table.nrows() + position)
-            found = tf.gather(tf.concat([table, self._merge_words(unique)], 0), rows)
+            found = tf.gather(tf.concat([table, self._merge_words_once(unique)], 0), rows)
             return found.flat_values, found.row_splits
 
         def all_found():
