@@ -29,7 +29,7 @@ HARD_STRINGS = [
     "end of text<|endoftext|>next document", "<|endoftext|>", "a <|endoftext|>  b",
     "a" * 300, "supercalifragilisticexpialidocious" * 8, "😀" * 60, "12 345 6.7e-8 ١٢٣ ½",
     "don't I'M 'S 'sx x'll ''re !'s 5's", "marker ६ and ० digits ६६", "ĴA stand-in ĴAB",
-    "combining e\u0301 and ZWJ 👨\u200d👩\u200d👧", "\u2028\x85\x0b odd spaces",
+    "a", "'", "'s", "ab", "a'", "combining e\u0301 and ZWJ 👨\u200d👩\u200d👧", "\u2028\x85\x0b odd spaces",
 ]
 
 

@@ -75,9 +75,9 @@ def character_classes() -> np.ndarray:
 def _shift(values, by: int, fill):
     """``values`` moved ``by`` places to the right (positive) or left (negative)."""
     pad = tf.fill([abs(by)], tf.constant(fill, values.dtype))
-    if by > 0:
-        return tf.concat([pad, values[:-by]], 0)
-    return tf.concat([values[-by:], pad], 0)
+    if by > 0:  # (also right for fewer than `by` values)
+        return tf.concat([pad, values], 0)[:tf.size(values)]
+    return tf.concat([values, pad], 0)[-by:]
 
 
 def split_words(texts: tf.Tensor, classes: tf.Tensor, inexact: tf.Tensor | None = None):
