@@ -222,7 +222,8 @@ def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False) -> common.Re
     os.makedirs(out_dir, exist_ok=True)
     scales = tuple(scales)
     work = tempfile.mkdtemp(prefix="tokenization_bench_")
-    figures = {"throughput": {}, "agreement": {}, "learn_seconds": {}}
+    figures = {"throughput": {}, "agreement": {}, "learn_seconds": {},
+               "load_average": {"start": os.getloadavg()}}
     try:
         base_lines = corpus_lines(1, quick)
         check_lines = (base_lines + held_out_lines(200 if quick else 3000) + HARD_STRINGS)
@@ -246,6 +247,7 @@ def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False) -> common.Re
                     record["first pass"][name], record[name] = throughput(fn, len(lines), quick)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    figures["load_average"]["end"] = os.getloadavg()
     result = common.Result(name="Tokenization throughput", tables=[], figures=figures)
     result.tables = make_tables(figures, scales)
     result.plots = make_plots(figures, scales, out_dir)
@@ -312,7 +314,9 @@ def make_plots(figures, scales, out_dir) -> list:
 
 
 def findings(figures, scales) -> list:
-    notes = []
+    load = figures.get("load_average", {})
+    notes = [f"load average (1, 5, 15 min) at start {tuple(round(x, 1) for x in load['start'])}"
+             f", at end {tuple(round(x, 1) for x in load['end'])} (2 cores)"] if load else []
     for kind, by_scale in figures["throughput"].items():
         first = by_scale[scales[0]]
         rust = first["tokenizers encode_batch"]

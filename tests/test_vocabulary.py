@@ -207,7 +207,8 @@ def test_bpe_files_follow_the_contract(bpe_dir):
     assert "Ġthe" in vocabulary
     assert read_tokenizer_config(bpe_dir) == {
         "kind": "bpe", "vocabulary_file": "vocab.json", "merges_file": "merges.txt",
-        "special_tokens": {"end_of_text": "<|endoftext|>", "pad": "<|endoftext|>"}}
+        "special_tokens": {"end_of_text": "<|endoftext|>", "pad": "<|endoftext|>"},
+        "word_pieces_file": "word_pieces.txt"}
 
 
 def test_bpe_tokenizer_round_trips_text(bpe_dir, corpus):

@@ -7,8 +7,10 @@ UTF-8 *bytes*, each byte shown as a printable unicode character, so every string
 encoded without an unknown token, and first splits text with a regex so merges never cross
 letter / digit / punctuation / whitespace boundaries.
 
-The files written here (``vocab.json``, ``merges.txt``) are read by
-``keras_nlp.tokenizers.BytePairTokenizer`` through
+The files written here (``vocab.json``, ``merges.txt``, and ``word_pieces.txt``: the merged
+pieces of the corpus's most frequent words, the tokenizer's static word table) are read by
+the ``bpe`` kind's tokenizer (keras-nlp's ``BytePairTokenizer`` made faster,
+``models/tokenizers/byte_level_fast.py``) through
 :func:`lmfactory.models.tokenizers.load_tokenizer`.
 """
 
@@ -27,6 +29,9 @@ from typing import Iterable, Mapping, Sequence
 
 import regex
 
+from lmfactory.models.tokenizers.byte_level_fast import (WORD_PIECES_FILE, merge_symbols,
+                                                         write_word_pieces)
+
 END_OF_TEXT = "<|endoftext|>"
 # GPT-2's set (Radford et al. 2019): one token ends every document and doubles as padding.
 SPECIAL_TOKENS = {"end_of_text": END_OF_TEXT, "pad": END_OF_TEXT}
@@ -38,6 +43,8 @@ _LEADING_ROLES = ("cls", "pad", "sep", "unk", "mask")
 MERGES_HEADER = "#version: 0.2"
 VOCABULARY_FILE = "vocab.json"
 MERGES_FILE = "merges.txt"
+# The word table holds the merged pieces of at most this many words, most frequent first.
+WORD_PIECES_LIMIT = 100_000
 
 
 def gpt2_byte_alphabet() -> list[tuple[int, str]]:
@@ -74,7 +81,7 @@ def bytes_to_symbols(text: str) -> str:
 # a look-ahead-free pattern, then split the last whitespace character (or marker) off each
 # piece. RE2's `\s` is ASCII only, and four non-ASCII spaces are listed by hand. Words must be
 # split here exactly as at tokenize time, so the same steps are run with the `regex` package.
-_MARKER = "\u0966"  # the marker keras-hub uses ("६"); dropped from the output
+_MARKER = "\u096c"  # the marker keras-hub uses ("६", digit six); dropped from the output
 _RE2_SPACE = "\t\n\f\r "
 _EXTRA_SPACES = "\u00a0\u2009\u202f\u3000"
 _MARK_WORD_START = regex.compile(f"( )([^{_RE2_SPACE}{_EXTRA_SPACES}])")
@@ -392,11 +399,16 @@ def tokenizer_config(special_tokens: Mapping[str, str] | None = None) -> dict:
     """The ``tokenizer.json`` content for a byte-level BPE folder (CONTRACTS §2)."""
     return {"kind": "bpe", "vocabulary_file": VOCABULARY_FILE, "merges_file": MERGES_FILE,
             "special_tokens": dict(SPECIAL_TOKENS if special_tokens is None
-                                   else special_tokens)}
+                                   else special_tokens),
+            "word_pieces_file": WORD_PIECES_FILE}
 
 
-def write_files(output_dir: str, tokens: list[str], merges: list[tuple[str, str]]) -> None:
-    """Writes ``vocab.json`` (token -> id) and ``merges.txt`` (GPT-2's format)."""
+def write_files(output_dir: str, tokens: list[str], merges: list[tuple[str, str]],
+                word_counts: Iterable[tuple[str, int]] = ()) -> None:
+    """Writes ``vocab.json`` (token -> id), ``merges.txt`` (GPT-2's format) and
+    ``word_pieces.txt``: the merged pieces of the ``WORD_PIECES_LIMIT`` most frequent of
+    ``word_counts`` (words in the byte alphabet), merged in the tokenizer's order
+    (``merge_symbols``), which its static word table serves without the merge loop."""
     import tensorflow as tf
 
     vocabulary = {token: index for index, token in enumerate(tokens)}
@@ -408,3 +420,8 @@ def write_files(output_dir: str, tokens: list[str], merges: list[tuple[str, str]
         json.dump(vocabulary, f, ensure_ascii=False)
     with tf.io.gfile.GFile(os.path.join(output_dir, MERGES_FILE), "w") as f:
         f.write("\n".join([MERGES_HEADER] + [f"{left} {right}" for left, right in merges]) + "\n")
+    ranks = {pair: rank for rank, pair in enumerate(merges)}
+    frequent = heapq.nsmallest(WORD_PIECES_LIMIT, word_counts, key=lambda w: (-w[1], w[0]))
+    write_word_pieces(os.path.join(output_dir, WORD_PIECES_FILE),
+                      [merge_symbols(word, ranks) for word, _ in frequent],
+                      [f"{left} {right}" for left, right in merges])

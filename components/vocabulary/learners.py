@@ -87,11 +87,12 @@ def _sentencepiece_size(output_dir: str, settings: dict) -> int:
 
 # --- bpe ---------------------------------------------------------------------------------
 def _learn_bpe(word_counts, output_dir: str, config, source: str) -> dict:
+    word_counts = list(word_counts)  # read twice: merges, then the word table
     specials = config.resolved_special_tokens
     special_tokens, first = bpe.special_token_layout(specials)
     tokens, merges = bpe.learn_merges(word_counts, config.vocab_size, config.min_frequency,
                                       special_tokens, specials_first=first)
-    bpe.write_files(output_dir, tokens, merges)
+    bpe.write_files(output_dir, tokens, merges, word_counts)
     return bpe.tokenizer_config(specials)
 
 

@@ -1,10 +1,12 @@
 """Byte-pair encoding: the ``bpe`` kind.
 
 ``{"kind": "bpe", "vocabulary_file": "vocab.json", "merges_file": "merges.txt",
-"special_tokens": {"end_of_text": "<|endoftext|>", "pad": "<|endoftext|>"}}`` ->
-``keras_nlp.tokenizers.BytePairTokenizer`` (GPT-2's byte-level scheme; RoBERTa's
-``<s> <pad> </s> <unk> <mask>`` set works the same way). Every special token is
-unsplittable.
+"special_tokens": {"end_of_text": "<|endoftext|>", "pad": "<|endoftext|>"},
+"word_pieces_file": "word_pieces.txt"}`` -> :class:`ByteLevelBpeTokenizer`, keras-nlp's
+``BytePairTokenizer`` (GPT-2's byte-level scheme, Radford et al. 2019 §2.2; RoBERTa's
+``<s> <pad> </s> <unk> <mask>`` set works the same way) with a faster split and a static
+word table (``byte_level_fast.py``; the ids are keras-nlp's). Every special token is
+unsplittable. ``word_pieces_file`` is optional (folders learned before it, imported ones).
 
 ``{"kind": "bpe", ..., "word_end_suffix": "</w>"}``: GPT-1's BPE (lower-cased, BERT-style
 pre-split words whose last symbol carries ``</w>``), read by the tokenizer class
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 import json
 
-import keras_nlp
 import tensorflow as tf
 
+from lmfactory.models.tokenizers.byte_level_fast import (WORD_PIECES_FILE,
+                                                         ByteLevelBpeTokenizer,
+                                                         read_word_pieces)
 from lmfactory.models.tokenizers.config import (read_lines, unique_special_tokens,
                                                 vocabulary_path)
 from lmfactory.models.tokenizers.kinds import TokenizerKind, register_kind
@@ -63,14 +67,20 @@ def load(vocab_dir: str, config: dict, sequence_length: int | None = None):
                                           word_end_suffix=word_end_suffix,
                                           unsplittable_tokens=unsplittable,
                                           sequence_length=sequence_length)
-    return keras_nlp.tokenizers.BytePairTokenizer(
+    word_pieces = None
+    if config.get("word_pieces_file"):
+        path = vocabulary_path(vocab_dir, config, "word_pieces_file", WORD_PIECES_FILE)
+        if tf.io.gfile.exists(path):
+            word_pieces = read_word_pieces(path, merges)
+    return ByteLevelBpeTokenizer(
         vocabulary=vocabulary,
         merges=merges,
         sequence_length=sequence_length,
         unsplittable_tokens=unsplittable,
+        word_pieces=word_pieces,
     )
 
 
 KIND = register_kind(TokenizerKind("bpe", load, DEFAULT_SPECIAL_TOKENS))
 
-__all__ = ["KIND", "load", "register_word_end_tokenizer"]
+__all__ = ["ByteLevelBpeTokenizer", "KIND", "load", "register_word_end_tokenizer"]

@@ -1,0 +1,166 @@
+"""GPT-2's pre-tokenisation split, vectorised over the characters of a batch (TF core ops).
+
+GPT-2 (Radford et al. 2019, §2.2) splits text with the regex
+``'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+`` before
+byte-pair encoding, so merges never cross letter / digit / punctuation / whitespace
+boundaries. keras-nlp's ``BytePairTokenizer`` runs an RE2 emulation of it
+(``split_strings_for_bpe``: a marker before each space that starts a word, two
+``tf_text.regex_split`` passes, marker removal); RE2 with capture groups runs at about
+0.7 M words/s on this machine, which made the split most of the tokenizer's time.
+
+:func:`split_words` finds the same words without a regex: every character of the batch
+gets a class (space, letter, number, apostrophe, other) from a code-point table, and a word
+starts where keras-nlp's passes would start one:
+
+* at a run of letters, of numbers or of other characters (``' ?\\p{L}+'`` ...) that does not
+  follow a space, and at the last space before a run (its optional leading space);
+* at the first and at the last space of a run of spaces (``' '`` * (k-1), then the last
+  space leads the next run or stands alone at the end, as keras-nlp's marker and second
+  split leave it);
+* at an apostrophe followed by ``s t m d re ve ll`` that starts a run (not after a space
+  or other punctuation), and right after such a contraction.
+
+It covers the text keras-nlp's emulation handles the same way for every input: a sentence
+holding a character where its quirks live (tabs, line breaks, the four non-ASCII spaces it
+lists, its marker ``६``, its special-token stand-in ``Ĵ``, invalid UTF-8, code points
+unassigned in this Python's Unicode tables or above U+2FFFF) is flagged ``exact=False``,
+and the tokenizer sends it through keras-nlp's own split. Letters and numbers are Unicode
+``L*`` / ``N*`` (``unicodedata``, the same as RE2's ``\\p{L}`` / ``\\p{N}`` on every code
+point assigned there: tests/test_byte_level_bpe.py checks it against RE2).
+"""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+
+import numpy as np
+import tensorflow as tf
+
+SPACE, LETTER, NUMBER, OTHER, APOSTROPHE, UNSAFE = range(6)
+# Code points from here on are all sent to keras-nlp's split (rare: CJK extensions G/H,
+# tags, private use).
+TABLE_SIZE = 0x30000
+# Characters whose handling in keras-nlp's RE2 emulation is not the plain GPT-2 rule:
+# whitespace other than " " (its `\s` runs and second split), the non-ASCII spaces it
+# lists by hand, its marker "६" and its special-token stand-in prefix "Ĵ".
+UNSAFE_CHARACTERS = "\t\n\v\f\r\u00a0\u2009\u202f\u3000\u096c\u0134"
+# Invalid UTF-8 decodes to a lone surrogate, which is UNSAFE.
+REPLACEMENT_CHARACTER = 0xDC00
+_CONTRACTION_2 = "stmd"  # 's 't 'm 'd
+_CONTRACTION_3 = ("re", "ve", "ll")
+
+
+@functools.lru_cache(maxsize=1)
+def character_classes() -> np.ndarray:
+    """The class of every code point below ``TABLE_SIZE`` (int8), then one UNSAFE entry
+    for all code points above; built once per process (~0.1 s)."""
+    by_category = {}
+    for category in ("Lu", "Ll", "Lt", "Lm", "Lo"):
+        by_category[category] = LETTER
+    for category in ("Nd", "Nl", "No"):
+        by_category[category] = NUMBER
+    by_category["Cn"] = by_category["Cs"] = UNSAFE  # unassigned here (maybe not in RE2)
+    text = "".join(map(chr, range(TABLE_SIZE)))
+    classes = np.fromiter((by_category.get(category, OTHER)
+                           for category in map(unicodedata.category, text)),
+                          np.int8, TABLE_SIZE)
+    classes[ord(" ")] = SPACE
+    classes[ord("'")] = APOSTROPHE
+    for character in UNSAFE_CHARACTERS:
+        classes[ord(character)] = UNSAFE
+    return np.append(classes, np.int8(UNSAFE))
+
+
+def _shift(values, by: int, fill):
+    """``values`` moved ``by`` places to the right (positive) or left (negative)."""
+    pad = tf.fill([abs(by)], tf.constant(fill, values.dtype))
+    if by > 0:  # (also right for fewer than `by` values)
+        return tf.concat([pad, values], 0)[:tf.size(values)]
+    return tf.concat([values, pad], 0)[-by:]
+
+
+def split_words(texts: tf.Tensor, classes: tf.Tensor, inexact: tf.Tensor | None = None):
+    """GPT-2's words of a batch of strings.
+
+    Args:
+      texts: 1-D string tensor.
+      classes: :func:`character_classes` as an int8 tensor.
+      inexact: optional [batch] bool, rows to leave to the caller as well (e.g. the rows
+        holding a special token).
+
+    Returns:
+      ``(words, row_splits, exact)``: ``words`` 1-D strings (every word of every exact row,
+      in order), ``row_splits`` [batch + 1] int64 (the words of row i are
+      ``words[row_splits[i]:row_splits[i + 1]]``; an inexact row has none) and ``exact``
+      [batch] bool (False: the row holds a character this split does not model).
+    """
+    codes, offsets = tf.strings.unicode_decode_with_offsets(
+        texts, "UTF-8", errors="replace", replacement_char=REPLACEMENT_CHARACTER)
+    chars = codes.flat_values
+    byte_offsets = offsets.flat_values
+    char_splits = codes.row_splits
+    row_ids = codes.value_rowids()
+    batch = tf.shape(texts, out_type=tf.int64)[0]
+    count = tf.size(chars, out_type=tf.int64)
+    cls = tf.gather(classes, tf.minimum(chars, TABLE_SIZE))
+    position = tf.range(count)
+    row_start = tf.gather(char_splits, row_ids)
+    row_end = tf.gather(char_splits[1:], row_ids)
+    first = tf.equal(position, row_start)
+    last = tf.equal(position + 1, row_end)
+    none = tf.constant(-1, tf.int8)
+    previous = tf.where(first, none, _shift(cls, 1, -1))
+    following = tf.where(last, none, _shift(cls, -1, -1))
+    # Runs: an apostrophe is punctuation like any other.
+    run = tf.where(tf.equal(cls, APOSTROPHE), tf.constant(OTHER, tf.int8), cls)
+    previous_run = tf.where(first, none, _shift(run, 1, -1))
+    space = tf.equal(cls, SPACE)
+    after_space = tf.equal(previous, SPACE)
+    starts = (first
+              | (space & ~after_space)                                 # first space of a run
+              | (space & tf.not_equal(following, SPACE))               # its last space
+              | (~space & ~after_space & tf.not_equal(run, previous_run)))  # a new run
+    # Contractions: an apostrophe starting a run (after a letter, a number or nothing).
+    opens = tf.equal(cls, APOSTROPHE) & (first | tf.equal(previous, LETTER)
+                                         | tf.equal(previous, NUMBER))
+    next_1 = _shift(chars, -1, 0)
+    next_2 = _shift(chars, -2, 0)
+    room_1 = position + 1 < row_end
+    room_2 = position + 2 < row_end
+    two = opens & room_1 & _any_equal(next_1, _CONTRACTION_2)
+    three = opens & room_2 & tf.reduce_any(
+        [tf.equal(next_1, ord(a)) & tf.equal(next_2, ord(b)) for a, b in _CONTRACTION_3], 0)
+    # No word starts inside a contraction; one starts right after it (if the row goes on).
+    inside = _shift(two, 1, False) | _shift(three, 1, False) | _shift(three, 2, False)
+    same_row_2 = tf.equal(_shift(row_ids, 2, -1), row_ids)
+    same_row_3 = tf.equal(_shift(row_ids, 3, -1), row_ids)
+    starts = ((starts & ~inside) | (_shift(two, 2, False) & same_row_2)
+              | (_shift(three, 3, False) & same_row_3))
+    unsafe = tf.math.unsorted_segment_max(tf.cast(tf.equal(cls, UNSAFE), tf.int32),
+                                          row_ids, batch)
+    exact = unsafe <= 0  # an empty row's maximum is the smallest int32
+    if inexact is not None:
+        exact = exact & ~inexact
+    starts = starts & tf.gather(exact, row_ids)
+    word_chars = tf.where(starts)[:, 0]
+    word_rows = tf.gather(row_ids, word_chars)
+    lengths = tf.strings.length(texts)
+    text_starts = tf.cumsum(tf.cast(lengths, tf.int64), exclusive=True)
+    begin = tf.gather(byte_offsets, word_chars) + tf.gather(text_starts, word_rows)
+    row_ends = tf.gather(text_starts + tf.cast(lengths, tf.int64), word_rows)
+    next_begin = _shift(begin, -1, 0)
+    last_word = tf.not_equal(_shift(word_rows, -1, -1), word_rows)
+    end = tf.where(last_word, row_ends, next_begin)
+    words = tf.strings.substr(tf.strings.reduce_join(texts), begin, end - begin)
+    row_splits = tf.concat([[0], tf.cumsum(tf.math.bincount(
+        word_rows, minlength=batch, maxlength=batch, dtype=tf.int64))], 0)
+    return words, row_splits, exact
+
+
+def _any_equal(values, characters: str):
+    return tf.reduce_any([tf.equal(values, ord(c)) for c in characters], 0)
+
+
+__all__ = ["APOSTROPHE", "LETTER", "NUMBER", "OTHER", "SPACE", "UNSAFE",
+           "UNSAFE_CHARACTERS", "character_classes", "split_words"]
