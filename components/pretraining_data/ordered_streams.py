@@ -73,6 +73,51 @@ def parallel_streams(records: tf.data.Dataset, num_streams: int,
     return tf.data.Dataset.zip(streams).map(lambda *rows: tf.stack(rows)).enumerate()
 
 
+def stream_rows(records: tf.data.Dataset, spec: dict, num_streams: int,
+                fewer_streams: bool = False) -> np.ndarray:
+    """Ordered records -> the token rows [num_streams, N // num_streams * L + 1] of the
+    parallel streams `parallel_streams` cuts (row b: the segments of stream b joined, each
+    one's shared last id once), read eagerly (for a reader that cuts other windows)."""
+    parsed = records.batch(4096).map(lambda serialized: tf.io.parse_example(serialized, spec))
+    chunks = [batch["input_ids"].numpy() for batch in parsed]
+    segments = np.concatenate(chunks) if chunks else np.zeros((0, 2), np.int64)
+    total = len(segments)
+    if fewer_streams and 0 < total < num_streams:
+        num_streams = total
+    per_stream = total // num_streams
+    if per_stream < 1:
+        raise ValueError(f"{OBJECTIVE_NAME}: {total} segments cannot fill {num_streams} "
+                         f"parallel streams (batch_size); use a smaller batch")
+    length = segments.shape[1] - 1
+    streams = segments[:num_streams * per_stream].reshape(num_streams, per_stream, length + 1)
+    return np.concatenate([streams[:, :, :length].reshape(num_streams, per_stream * length),
+                           streams[:, -1, length:]], axis=1)
+
+
+def stream_windows(rows: np.ndarray, lengths, repeat: bool,
+                   seed: int | None = None) -> tf.data.Dataset:
+    """Token rows [B, S] -> ``(k, ids [B, n_k + 1])``: consecutive windows of every row,
+    window k predicting the n_k positions after the previous ones (``lengths(rng, S - 1)``
+    per pass, ``rng`` seeded by ``(seed, pass)``; consecutive windows share one id).
+    ``repeat``: pass after pass, forever."""
+    rows = np.asarray(rows, np.int64)
+
+    def windows():
+        epoch = 0
+        while True:
+            rng = np.random.default_rng(None if seed is None else [int(seed), epoch])
+            start = 0
+            for k, length in enumerate(lengths(rng, rows.shape[1] - 1)):
+                yield np.int32(k), rows[:, start:start + length + 1]
+                start += length
+            epoch += 1
+            if not repeat:
+                return
+
+    return tf.data.Dataset.from_generator(windows, output_signature=(
+        tf.TensorSpec([], tf.int32), tf.TensorSpec([rows.shape[0], None], tf.int64)))
+
+
 def converter(config: dict):
     return ordered_batch
 

@@ -154,7 +154,8 @@ def train(context) -> dict:
     batch = dict(batch_size=config.batch_size, seed=config.seed)
     ordered = objectives.get(data_config["objective"]).ordered_streams  # keep stream order
     train_data = pretraining_features.make_dataset(
-        context.train_files, data_config, shuffle=not ordered, repeat=True, **batch)
+        context.train_files, data_config, shuffle=not ordered, repeat=True, training=True,
+        **batch)
     eval_data = pretraining_features.make_dataset(
         context.eval_files, data_config, shuffle=False, repeat=True, **batch)
     metrics = context.fit(task_model, train_data, eval_data)
@@ -210,6 +211,9 @@ def evaluate_language_model(model_uri: str, file_pattern: str, batch_size: int =
     data_config = pretraining_features.read_pretraining_config(examples_uri)
     model = keras.saving.load_model(os.path.join(model_uri, KERAS_DIR, TASK_MODEL),
                                     compile=False)
+    # A model that carries its state across the ordered streams' batches (e.g. an LSTM's
+    # state over the whole held-out stream) reads as many streams as it was built for.
+    batch_size = getattr(model, "stream_batch_size", None) or batch_size
     dataset = pretraining_features.make_dataset(file_pattern, data_config,
                                                 batch_size=batch_size, shuffle=False,
                                                 repeat=False)
