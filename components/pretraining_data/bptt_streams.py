@@ -14,8 +14,9 @@ Objective ``causal_lm_bptt``: the records are ``causal_lm_streams``'s (``input_i
 consecutive segments of one stream at a stride of L = ``max_seq_length`` = bptt; the same
 ``shard_examples``, spec and converter) and it DECLARES ``ordered_streams`` (the trainer
 builds the model with ``stream_batch_size``). Its reader (`Objective.window_lengths`,
-``features.make_dataset``) rejoins the records into B token rows (row b = stream b, the
-records cut as ``ordered_streams.parallel_streams`` cuts them) and emits windows of them:
+``features.make_dataset``) rejoins the records into their token stream, cuts it into B
+contiguous rows (``ordered_streams.stream_rows``: batchify over tokens, so any split of at
+least B + 1 tokens fills the B streams) and emits windows of them:
 with ``training`` the sampled lengths (fresh draws every pass over the streams, seeded by
 the reader's seed and the pass), otherwise windows of L (the last one shorter), so
 evaluation covers every token of the streams once. Batch: x = ``token_ids``,

@@ -162,8 +162,9 @@ def _ordered_dataset(file_pattern, pretraining_config: dict, objective, batch_si
     continues row b of batch k; ``ordered_streams.parallel_streams``), never shuffled; the
     parsed features carry ``stream_position`` (the batch's index in this pass). A single
     pass (``repeat`` false, e.g. evaluation) over fewer segments than ``batch_size`` reads
-    one stream per segment. An objective with ``window_lengths`` reads the streams' token
-    rows in its own windows (``ordered_streams.stream_windows``, seeded by ``seed``)."""
+    one stream per segment. An objective with ``window_lengths`` reads the token stream cut
+    into ``batch_size`` rows (``ordered_streams.stream_rows``, the reference's batchify) in
+    its own windows (``ordered_streams.stream_windows``, seeded by ``seed``)."""
     from lmfactory.components.pretraining_data.ordered_streams import (
         STREAM_POSITION, parallel_streams, stream_rows, stream_windows)
 
@@ -175,7 +176,7 @@ def _ordered_dataset(file_pattern, pretraining_config: dict, objective, batch_si
     spec = feature_spec(pretraining_config)
     to_keras = objective.converter(pretraining_config)
     if objective.window_lengths is not None:
-        rows = stream_rows(records, spec, int(batch_size), fewer_streams=not repeat)
+        rows = stream_rows(records, spec, int(batch_size))
         windows = stream_windows(rows, objective.window_lengths(pretraining_config, training),
                                  repeat, seed)
 

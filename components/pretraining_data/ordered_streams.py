@@ -73,25 +73,24 @@ def parallel_streams(records: tf.data.Dataset, num_streams: int,
     return tf.data.Dataset.zip(streams).map(lambda *rows: tf.stack(rows)).enumerate()
 
 
-def stream_rows(records: tf.data.Dataset, spec: dict, num_streams: int,
-                fewer_streams: bool = False) -> np.ndarray:
-    """Ordered records -> the token rows [num_streams, N // num_streams * L + 1] of the
-    parallel streams `parallel_streams` cuts (row b: the segments of stream b joined, each
-    one's shared last id once), read eagerly (for a reader that cuts other windows)."""
+def stream_rows(records: tf.data.Dataset, spec: dict, num_streams: int) -> np.ndarray:
+    """Ordered records -> token rows [num_streams, S + 1], read eagerly (for a reader that
+    cuts other windows): the records joined back into their token stream (each one's shared
+    last id once) and cut into ``num_streams`` contiguous rows of S = (tokens - 1) //
+    num_streams next-token positions, consecutive rows sharing one id (the reference's
+    ``batchify`` over tokens; the remainder dropped)."""
     parsed = records.batch(4096).map(lambda serialized: tf.io.parse_example(serialized, spec))
     chunks = [batch["input_ids"].numpy() for batch in parsed]
-    segments = np.concatenate(chunks) if chunks else np.zeros((0, 2), np.int64)
-    total = len(segments)
-    if fewer_streams and 0 < total < num_streams:
-        num_streams = total
-    per_stream = total // num_streams
+    if not chunks:
+        raise ValueError(f"{OBJECTIVE_NAME}: no segments to read")
+    segments = np.concatenate(chunks)
+    stream = np.concatenate([segments[:, :-1].reshape(-1), segments[-1, -1:]])
+    per_stream = (len(stream) - 1) // num_streams
     if per_stream < 1:
-        raise ValueError(f"{OBJECTIVE_NAME}: {total} segments cannot fill {num_streams} "
+        raise ValueError(f"{OBJECTIVE_NAME}: {len(stream)} tokens cannot fill {num_streams} "
                          f"parallel streams (batch_size); use a smaller batch")
-    length = segments.shape[1] - 1
-    streams = segments[:num_streams * per_stream].reshape(num_streams, per_stream, length + 1)
-    return np.concatenate([streams[:, :, :length].reshape(num_streams, per_stream * length),
-                           streams[:, -1, length:]], axis=1)
+    return np.stack([stream[row * per_stream:(row + 1) * per_stream + 1]
+                     for row in range(num_streams)])
 
 
 def stream_windows(rows: np.ndarray, lengths, repeat: bool,
