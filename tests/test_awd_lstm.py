@@ -66,7 +66,7 @@ def numpy_lstm(x, kernel, recurrent_kernel, bias):
 
 def test_registry_record_and_paper_sizes():
     arch = models.get("awd_lstm")
-    assert arch.family == "recurrent" and arch.objectives == ("causal_lm",)
+    assert arch.family == "recurrent" and arch.objectives == ("causal_lm_bptt", "causal_lm")
     assert set(arch.task_kinds) >= {"causal_lm", "classification"}
     paper = AWD_LSTM_PRESETS["wikitext2"]
     assert (paper["num_layers"], paper["embedding_dim"], paper["lstm_units"]) == (3, 400, 1150)

@@ -13,6 +13,8 @@ import pytest
 import tensorflow as tf
 
 from lmfactory.components.pretraining_data import bptt_streams, features, objectives
+from lmfactory.components.tasks.language_model import evaluate_language_model
+from lmfactory.components.trainer.model_artifact import KERAS_DIR, TASK_MODEL
 from lmfactory.models.awd_lstm import AwdLstmBackbone, AwdLstmCausalLM
 
 VOCAB = 40
@@ -21,10 +23,14 @@ TINY = dict(vocabulary_size=VOCAB, num_layers=2, embedding_dim=6, lstm_units=8,
 ROWS = 2
 
 
-def tiny_lm(stream_batch_size=ROWS, **backbone_overrides):
+@pytest.fixture(scope="module")
+def lm():
+    """A tiny LM carrying the state of 2 streams, without dropout (so that the training
+    passes compared draw no masks)."""
     keras.utils.set_random_seed(3)
-    return AwdLstmCausalLM(AwdLstmBackbone(**{**TINY, **backbone_overrides}),
-                           stream_batch_size=stream_batch_size)
+    backbone = AwdLstmBackbone(**TINY, dropout=0.0, dropout_hidden=0.0, dropout_input=0.0,
+                               dropout_embedding=0.0, dropout_weight=0.0)
+    return AwdLstmCausalLM(backbone, stream_batch_size=ROWS)
 
 
 def window(ids, start, end, position):
@@ -46,8 +52,7 @@ def stream_ids():
     return np.random.default_rng(0).integers(1, VOCAB, (ROWS, 23)).astype("int32")
 
 
-def test_carried_windows_equal_one_long_pass(stream_ids):
-    lm = tiny_lm()
+def test_carried_windows_equal_one_long_pass(lm, stream_ids):
     bounds = [(0, 7), (7, 15), (15, 20), (20, 22)]  # variable lengths, the last one short
     states = long_pass_states(lm, stream_ids[:, :22])
     long_logits = lm.predictions({"token_ids": stream_ids[:, :22],
@@ -67,14 +72,13 @@ def test_carried_windows_equal_one_long_pass(stream_ids):
     assert not np.allclose(again, logits[1], atol=1e-3)
     # Training keeps its own state; serving inputs (no stream_position) start from zero.
     assert all(np.all(v.numpy() == 0) for pair in lm.carried_states["train"] for v in pair)
+    np.testing.assert_allclose(lm({k: v for k, v in window(stream_ids, 7, 15, 1).items()
+                                   if k != "stream_position"}).numpy(), fresh, atol=1e-5)
     with pytest.raises(ValueError, match="carries the state of 2 streams"):
         lm(window(stream_ids[:1], 0, 5, 1))
 
 
-def test_no_gradient_flows_into_the_previous_window(stream_ids):
-    # Training mode without dropout, so that the passes compared draw no masks.
-    lm = tiny_lm(dropout=0.0, dropout_hidden=0.0, dropout_input=0.0, dropout_embedding=0.0,
-                 dropout_weight=0.0)
+def test_no_gradient_flows_into_the_previous_window(lm, stream_ids):
     first, second = window(stream_ids, 0, 9, 0), window(stream_ids, 9, 17, 1)
     targets = stream_ids[:, 10:18]
     lm.predictions(first, training=True, phase="train")
@@ -125,12 +129,12 @@ def _write(folder, ids, length, objective="causal_lm_bptt"):
 
 
 def test_streams_are_laid_out_as_batchify_with_variable_windows(tmp_path):
-    corpus = np.arange(1, 398)  # the id of each token is its corpus position + 1
-    pattern, config = _write(tmp_path, corpus, length=12)  # 33 segments: every token
+    corpus = np.arange(1, 206)  # the id of each token is its corpus position + 1
+    pattern, config = _write(tmp_path, corpus, length=12)  # 17 segments: every token
     rows = 4
     data = features.make_dataset(pattern, config, rows, shuffle=False, repeat=True, seed=5,
                                  training=True)
-    batches = list(data.take(90).as_numpy_iterator())
+    batches = list(data.take(24).as_numpy_iterator())
     positions = [int(x["stream_position"][0]) for x, _, _ in batches]
     passes = [k for k, position in enumerate(positions) if position == 0]
     assert passes[0] == 0 and len(passes) >= 2
@@ -159,29 +163,24 @@ def test_streams_are_laid_out_as_batchify_with_variable_windows(tmp_path):
         features.make_dataset(pattern, config, 500, shuffle=False, repeat=False)
 
 
-def test_held_out_perplexity_with_carried_state_equals_one_long_pass(tmp_path):
-    from lmfactory.components.tasks.language_model import evaluate_language_model
-    from lmfactory.components.trainer.model_artifact import KERAS_DIR, TASK_MODEL
-
-    corpus = np.random.default_rng(1).integers(1, VOCAB, 61)  # 10 segments of 6: all
+def test_held_out_perplexity_with_carried_state_equals_one_long_pass(lm, tmp_path):
+    corpus = np.random.default_rng(1).integers(1, VOCAB, 25)  # 4 segments of 6: all
     pattern, _ = _write(tmp_path / "examples", corpus, length=6)
-    lm = tiny_lm()
     model_dir = tmp_path / "model"
     os.makedirs(model_dir / KERAS_DIR)
     lm.save(str(model_dir / KERAS_DIR / TASK_MODEL))
     result = evaluate_language_model(str(model_dir), pattern, batch_size=16)
-    # One pass over each of the 2 streams (batchify over the 61 tokens: 30 predictions
-    # each), from the zero state.
-    rows = np.stack([corpus[:31], corpus[30:61]]).astype("int32")
+    # One pass over each of the 2 streams (batchify over the 25 tokens: 12 predictions
+    # each, read in windows of 6), from the zero state.
+    rows = np.stack([corpus[:13], corpus[12:25]]).astype("int32")
     logits = lm.predictions({"token_ids": rows[:, :-1],
-                             "padding_mask": np.ones((2, 30), bool)})["logits"]
+                             "padding_mask": np.ones((2, 12), bool)})["logits"]
     nll = keras.losses.sparse_categorical_crossentropy(rows[:, 1:], logits, from_logits=True)
-    assert result["tokens"] == 60
+    assert result["tokens"] == 24
     np.testing.assert_allclose(result["perplexity"], float(np.exp(np.mean(nll))), rtol=1e-5)
     # Independent windows from the zero state score differently.
-    independent = tiny_lm(stream_batch_size=None)
-    window_logits = independent.predictions({"token_ids": rows[:, :-1].reshape(-1, 6),
-                                             "padding_mask": np.ones((10, 6), bool)})["logits"]
+    window_logits = lm.predictions({"token_ids": rows[:, :-1].reshape(-1, 6),
+                                    "padding_mask": np.ones((4, 6), bool)})["logits"]
     window_nll = keras.losses.sparse_categorical_crossentropy(
         rows[:, 1:].reshape(-1, 6), window_logits, from_logits=True)
     assert not np.isclose(np.mean(window_nll), np.mean(nll), rtol=1e-4)

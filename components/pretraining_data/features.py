@@ -166,7 +166,7 @@ def _ordered_dataset(file_pattern, pretraining_config: dict, objective, batch_si
     into ``batch_size`` rows (``ordered_streams.stream_rows``, the reference's batchify) in
     its own windows (``ordered_streams.stream_windows``, seeded by ``seed``)."""
     from lmfactory.components.pretraining_data.ordered_streams import (
-        STREAM_POSITION, parallel_streams, stream_rows, stream_windows)
+        STREAM_POSITION, parallel_streams, stream_rows, stream_windows, window_features)
 
     if shuffle:
         raise ValueError(f"Objective {objective.name!r} keeps the records in stream order "
@@ -179,10 +179,6 @@ def _ordered_dataset(file_pattern, pretraining_config: dict, objective, batch_si
         rows = stream_rows(records, spec, int(batch_size))
         windows = stream_windows(rows, objective.window_lengths(pretraining_config, training),
                                  repeat, seed)
-
-        def window_features(position, ids):
-            return {"input_ids": ids, STREAM_POSITION: tf.fill(tf.shape(ids)[:1], position)}
-
         return windows.map(window_features).map(to_keras).prefetch(tf.data.AUTOTUNE)
     batches = parallel_streams(records, int(batch_size), fewer_streams=not repeat)
     if repeat:

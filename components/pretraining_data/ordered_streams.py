@@ -117,6 +117,11 @@ def stream_windows(rows: np.ndarray, lengths, repeat: bool,
         tf.TensorSpec([], tf.int32), tf.TensorSpec([rows.shape[0], None], tf.int64)))
 
 
+def window_features(position, ids):
+    """A window of `stream_windows` -> the parsed features the converter takes."""
+    return {"input_ids": ids, STREAM_POSITION: tf.fill(tf.shape(ids)[:1], position)}
+
+
 def converter(config: dict):
     return ordered_batch
 
