@@ -430,3 +430,11 @@ def test_continued_lm_training_carries_the_output_bias(monkeypatch):
                                   np.asarray(trained.output_bias))
     for mine, theirs in zip(fresh.weights, trained.weights):
         np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs))
+    # The state carried per stream (of another batch size) stays as built; the rest carries.
+    trained = AwdLstmCausalLM(tiny_backbone(), stream_batch_size=4)
+    trained.output_bias.assign(np.linspace(-1.0, 1.0, trained.output_bias.shape[0]))
+    streams = AwdLstmCausalLM(tiny_backbone(), stream_batch_size=2)
+    language_model._carry_task_weights(context, streams, "causal_lm")
+    np.testing.assert_array_equal(np.asarray(streams.output_bias),
+                                  np.asarray(trained.output_bias))
+    assert streams.carried_states["train"][0][0].shape == (2, 8)
