@@ -7,8 +7,9 @@ so the whole run stays near 10 minutes on the 2-core CPU): the small AWD-LSTM (3
 its paragraphs held out by hash), fine-tuned as an LM on the SST-2 training sentences, then
 fine-tuned as a classifier with ULMFiT's schedule and scored on the 872 SST-2 dev sentences
 through the pushed SavedModel. The held-out perplexity is that of the Pretrainer's model on
-the held-out WikiText paragraphs (every window of the eval split), per word of the
-pipeline's word vocabulary (words outside it are one <unk>).
+the held-out WikiText paragraphs (the whole eval split), per word of the
+pipeline's word vocabulary (words outside it are one <unk>), with the LSTM state carried
+over the held-out streams (objective ``causal_lm_bptt``, as in training).
 
     python benchmarks/awd_lstm_ulmfit.py [--pretraining-steps 500] [--markdown out.md]
 """
@@ -72,7 +73,8 @@ def run(pretraining_steps: int, lm_steps: int, classifier_steps: int, out_dir: s
              f"--classifier-learning-rate {classifier_learning_rate}"
              f"{' --cache' if cache else ''}`: {wall:.1f} min for the DAG"
              f"{' (stages cached by an earlier run in the same folder are reused)' if cache else ''}"
-             f" (batch 32, windows of 80 words).")
+             f" (batch 32: 32 parallel streams read in windows of ~N(70, 5) words, the "
+             f"LSTM state carried across them, objective causal_lm_bptt).")
 
 
 def main(argv=None) -> None:

@@ -66,7 +66,7 @@ def numpy_lstm(x, kernel, recurrent_kernel, bias):
 
 def test_registry_record_and_paper_sizes():
     arch = models.get("awd_lstm")
-    assert arch.family == "recurrent" and arch.objectives == ("causal_lm",)
+    assert arch.family == "recurrent" and arch.objectives == ("causal_lm_bptt", "causal_lm")
     assert set(arch.task_kinds) >= {"causal_lm", "classification"}
     paper = AWD_LSTM_PRESETS["wikitext2"]
     assert (paper["num_layers"], paper["embedding_dim"], paper["lstm_units"]) == (3, 400, 1150)
@@ -430,3 +430,11 @@ def test_continued_lm_training_carries_the_output_bias(monkeypatch):
                                   np.asarray(trained.output_bias))
     for mine, theirs in zip(fresh.weights, trained.weights):
         np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs))
+    # The state carried per stream (of another batch size) stays as built; the rest carries.
+    trained = AwdLstmCausalLM(tiny_backbone(), stream_batch_size=4)
+    trained.output_bias.assign(np.linspace(-1.0, 1.0, trained.output_bias.shape[0]))
+    streams = AwdLstmCausalLM(tiny_backbone(), stream_batch_size=2)
+    language_model._carry_task_weights(context, streams, "causal_lm")
+    np.testing.assert_array_equal(np.asarray(streams.output_bias),
+                                  np.asarray(trained.output_bias))
+    assert streams.carried_states["train"][0][0].shape == (2, 8)

@@ -118,19 +118,20 @@ def feature_spec(config: dict) -> dict:
 
 def make_dataset(file_pattern, pretraining_config: dict, batch_size: int, shuffle: bool,
                  repeat: bool, seed: int | None = None, drop_remainder: bool | None = None,
-                 shuffle_buffer_size: int = 10_000) -> tf.data.Dataset:
+                 shuffle_buffer_size: int = 10_000, training: bool = False) -> tf.data.Dataset:
     """Pretraining records -> batches of ``(x, y, sample_weight)`` (CONTRACTS §3).
 
     ``file_pattern`` is a glob or a list of globs of GZIP TFRecord files. Records are batched
     first and parsed per batch with ``tf.io.parse_example``. ``drop_remainder`` defaults to
     ``shuffle or repeat`` (training), so training batches have a static batch dimension.
     Ids are int32, ``padding_mask`` is bool, weights are float32 (the dtypes keras-nlp
-    preprocessors produce).
+    preprocessors produce). ``training``: the training input (an objective with its own
+    ``window_lengths``, e.g. AWD-LSTM's variable-length BPTT, samples them; otherwise unused).
     """
     objective = objectives.get(pretraining_config["objective"])
     if objective.ordered_streams:
         return _ordered_dataset(file_pattern, pretraining_config, objective, batch_size,
-                                shuffle, repeat)
+                                shuffle, repeat, seed, training)
     if drop_remainder is None:
         drop_remainder = bool(shuffle or repeat)
     # A seeded shuffle is reproduced exactly (a resumed training skips the batches it had
@@ -155,30 +156,37 @@ def make_dataset(file_pattern, pretraining_config: dict, batch_size: int, shuffl
 
 
 def _ordered_dataset(file_pattern, pretraining_config: dict, objective, batch_size: int,
-                     shuffle: bool, repeat: bool) -> tf.data.Dataset:
+                     shuffle: bool, repeat: bool, seed=None, training=False) -> tf.data.Dataset:
     """Records of an objective that declares ``ordered_streams``: files in name order,
     records in file order, cut into ``batch_size`` parallel streams (row b of batch k + 1
     continues row b of batch k; ``ordered_streams.parallel_streams``), never shuffled; the
     parsed features carry ``stream_position`` (the batch's index in this pass). A single
     pass (``repeat`` false, e.g. evaluation) over fewer segments than ``batch_size`` reads
-    one stream per segment."""
-    from lmfactory.components.pretraining_data.ordered_streams import (STREAM_POSITION,
-                                                                       parallel_streams)
+    one stream per segment. An objective with ``window_lengths`` reads the token stream cut
+    into ``batch_size`` rows (``ordered_streams.stream_rows``, the reference's batchify) in
+    its own windows (``ordered_streams.stream_windows``, seeded by ``seed``)."""
+    from lmfactory.components.pretraining_data.ordered_streams import (
+        STREAM_POSITION, parallel_streams, stream_rows, stream_windows, window_features)
 
     if shuffle:
         raise ValueError(f"Objective {objective.name!r} keeps the records in stream order "
                          f"(ordered_streams): read it with shuffle=False")
     files = tf.data.Dataset.list_files(file_pattern, shuffle=False)
     records = files.flat_map(lambda path: tf.data.TFRecordDataset(path, compression_type="GZIP"))
+    spec = feature_spec(pretraining_config)
+    to_keras = objective.converter(pretraining_config)
+    if objective.window_lengths is not None:
+        rows = stream_rows(records, spec, int(batch_size))
+        windows = stream_windows(rows, objective.window_lengths(pretraining_config, training),
+                                 repeat, seed)
+        return windows.map(window_features).map(to_keras).prefetch(tf.data.AUTOTUNE)
     batches = parallel_streams(records, int(batch_size), fewer_streams=not repeat)
     if repeat:
         batches = batches.repeat()
-    spec = feature_spec(pretraining_config)
 
     def parse(position, serialized):
         features = tf.io.parse_example(serialized, spec)
         features[STREAM_POSITION] = tf.fill(tf.shape(serialized), position)
         return features
 
-    to_keras = objective.converter(pretraining_config)
     return batches.map(parse).map(to_keras).prefetch(tf.data.AUTOTUNE)

@@ -19,6 +19,7 @@ from lmfactory.components.pretraining_data import bilm  # noqa: F401  (bidirecti
 from lmfactory.components.pretraining_data import permutation_lm  # noqa: F401  (XLNet)
 from lmfactory.components.pretraining_data import word_windows  # noqa: F401  (skipgram, cbow)
 from lmfactory.components.pretraining_data import ordered_streams  # noqa: F401  (segments in order)
+from lmfactory.components.pretraining_data import bptt_streams  # noqa: F401  (BPTT windows)
 from lmfactory.components.pretraining_data import span_corruption  # noqa: F401  (T5 spans)
 from lmfactory.components.pretraining_data import ernie_dea  # noqa: F401  (entities, dEA)
 from lmfactory.components.pretraining_data.registry import (

@@ -73,6 +73,55 @@ def parallel_streams(records: tf.data.Dataset, num_streams: int,
     return tf.data.Dataset.zip(streams).map(lambda *rows: tf.stack(rows)).enumerate()
 
 
+def stream_rows(records: tf.data.Dataset, spec: dict, num_streams: int) -> np.ndarray:
+    """Ordered records -> token rows [num_streams, S + 1], read eagerly (for a reader that
+    cuts other windows): the records joined back into their token stream (each one's shared
+    last id once) and cut into ``num_streams`` contiguous rows of S = (tokens - 1) //
+    num_streams next-token positions, consecutive rows sharing one id (the reference's
+    ``batchify`` over tokens; the remainder dropped)."""
+    parsed = records.batch(4096).map(lambda serialized: tf.io.parse_example(serialized, spec))
+    chunks = [batch["input_ids"].numpy() for batch in parsed]
+    if not chunks:
+        raise ValueError(f"{OBJECTIVE_NAME}: no segments to read")
+    segments = np.concatenate(chunks)
+    stream = np.concatenate([segments[:, :-1].reshape(-1), segments[-1, -1:]])
+    per_stream = (len(stream) - 1) // num_streams
+    if per_stream < 1:
+        raise ValueError(f"{OBJECTIVE_NAME}: {len(stream)} tokens cannot fill {num_streams} "
+                         f"parallel streams (batch_size); use a smaller batch")
+    return np.stack([stream[row * per_stream:(row + 1) * per_stream + 1]
+                     for row in range(num_streams)])
+
+
+def stream_windows(rows: np.ndarray, lengths, repeat: bool,
+                   seed: int | None = None) -> tf.data.Dataset:
+    """Token rows [B, S] -> ``(k, ids [B, n_k + 1])``: consecutive windows of every row,
+    window k predicting the n_k positions after the previous ones (``lengths(rng, S - 1)``
+    per pass, ``rng`` seeded by ``(seed, pass)``; consecutive windows share one id).
+    ``repeat``: pass after pass, forever."""
+    rows = np.asarray(rows, np.int64)
+
+    def windows():
+        epoch = 0
+        while True:
+            rng = np.random.default_rng(None if seed is None else [int(seed), epoch])
+            start = 0
+            for k, length in enumerate(lengths(rng, rows.shape[1] - 1)):
+                yield np.int32(k), rows[:, start:start + length + 1]
+                start += length
+            epoch += 1
+            if not repeat:
+                return
+
+    return tf.data.Dataset.from_generator(windows, output_signature=(
+        tf.TensorSpec([], tf.int32), tf.TensorSpec([rows.shape[0], None], tf.int64)))
+
+
+def window_features(position, ids):
+    """A window of `stream_windows` -> the parsed features the converter takes."""
+    return {"input_ids": ids, STREAM_POSITION: tf.fill(tf.shape(ids)[:1], position)}
+
+
 def converter(config: dict):
     return ordered_batch
 

@@ -80,6 +80,11 @@ class Objective:
             streams, never shuffles, and row b of batch k + 1 continues row b of batch k
             (CONTRACTS §3 ``causal_lm_streams``); the trainer reads it to build the task
             model with ``stream_batch_size``.
+        window_lengths: for an ``ordered_streams`` objective read in windows other than its
+            records (``bptt_streams.py``, AWD-LSTM's variable-length BPTT): ``fn(config,
+            training) -> fn(rng, total) -> lengths``, the window lengths covering a stream
+            of ``total`` next-token positions; the reader rejoins the records into B token
+            rows and cuts them so. None: each record is one window.
         paper: citation of the paper the objective follows.
     """
 
@@ -93,6 +98,7 @@ class Objective:
     check_config: Callable[[dict], None] = _no_checks
     vocabulary_record: Callable[[Any], dict] = _records_nothing
     ordered_streams: bool = False
+    window_lengths: Callable[[dict, bool], Callable] | None = None
     paper: str = ""
 
     def __post_init__(self):

@@ -106,9 +106,10 @@ def _carry_task_weights(context, task_model, objective: str) -> None:
     """Continued training on the objective the base model was trained on (a causal LM on a
     target corpus, ULMFiT's target-task LM fine-tuning): the whole task model carries over,
     its own weights beyond the backbone's too (e.g. AWD-LSTM's output bias), not only the
-    backbone that ``context.backbone`` restores. A base model trained on another objective,
-    or whose task model differs in class or weights, leaves the task model as built (the
-    backbone restored, the rest fresh) and says so in the log."""
+    backbone that ``context.backbone`` restores (a non-trainable weight of another shape,
+    a state per stream of another batch size, stays as built). A base model trained on
+    another objective, or whose task model differs in class or trainable weights, leaves the
+    task model as built (the backbone restored, the rest fresh) and says so in the log."""
     from absl import logging
 
     from lmfactory.components.trainer.model_artifact import load_task_model, read_model_config
@@ -117,14 +118,21 @@ def _carry_task_weights(context, task_model, objective: str) -> None:
     if not base or (read_model_config(base).get("task") or {}).get("objective") != objective:
         return
     trained = load_task_model(base)
-    shapes = [tuple(w.shape) for w in task_model.weights]
-    if type(trained) is not type(task_model) or \
-            [tuple(w.shape) for w in trained.weights] != shapes:
+
+    def shapes(weights):
+        return [tuple(w.shape) for w in weights]
+
+    if type(trained) is not type(task_model) or len(trained.weights) != len(task_model.weights) \
+            or shapes(trained.trainable_weights) != shapes(task_model.trainable_weights):
         logging.warning("Continued %s training: the base model's task model (%s) does not "
                         "match %s; only its backbone is restored", objective,
                         type(trained).__name__, type(task_model).__name__)
         return
-    task_model.set_weights(trained.get_weights())
+    # A state kept per stream (e.g. an LSTM's carried state, [stream_batch_size, units])
+    # differs with the batch size; it is reset when the streams start, so it stays as built.
+    for target, source in zip(task_model.weights, trained.weights):
+        if tuple(target.shape) == tuple(source.shape):
+            target.assign(source)
 
 
 def train(context) -> dict:
@@ -154,7 +162,8 @@ def train(context) -> dict:
     batch = dict(batch_size=config.batch_size, seed=config.seed)
     ordered = objectives.get(data_config["objective"]).ordered_streams  # keep stream order
     train_data = pretraining_features.make_dataset(
-        context.train_files, data_config, shuffle=not ordered, repeat=True, **batch)
+        context.train_files, data_config, shuffle=not ordered, repeat=True, training=True,
+        **batch)
     eval_data = pretraining_features.make_dataset(
         context.eval_files, data_config, shuffle=False, repeat=True, **batch)
     metrics = context.fit(task_model, train_data, eval_data)
@@ -210,6 +219,9 @@ def evaluate_language_model(model_uri: str, file_pattern: str, batch_size: int =
     data_config = pretraining_features.read_pretraining_config(examples_uri)
     model = keras.saving.load_model(os.path.join(model_uri, KERAS_DIR, TASK_MODEL),
                                     compile=False)
+    # A model that carries its state across the ordered streams' batches (e.g. an LSTM's
+    # state over the whole held-out stream) reads as many streams as it was built for.
+    batch_size = getattr(model, "stream_batch_size", None) or batch_size
     dataset = pretraining_features.make_dataset(file_pattern, data_config,
                                                 batch_size=batch_size, shuffle=False,
                                                 repeat=False)

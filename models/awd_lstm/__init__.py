@@ -1,9 +1,10 @@
 """AWD-LSTM (Merity, Keskar & Socher 2018) and ULMFiT (Howard & Ruder 2018). Importing this
 package registers the "awd_lstm" architecture.
 
-The language model (`AwdLstmCausalLM`, objective ``causal_lm``) is AWD-LSTM: DropConnect on
-the recurrent weights, locked and embedding dropout, weight tying, AR / TAR, variable-length
-BPTT, and NT-ASGD as an option (`NtAsgd`). Its classification head is ULMFiT's
+The language model (`AwdLstmCausalLM`, objective ``causal_lm_bptt``, or ``causal_lm`` for
+independent windows) is AWD-LSTM: DropConnect on the recurrent weights, locked and embedding
+dropout, weight tying, AR / TAR, variable-length BPTT with the LSTM state carried from one
+window of the parallel streams to the next, and NT-ASGD as an option (`NtAsgd`). Its classification head is ULMFiT's
 (`UlmfitClassifier`): concat pooling and two BatchNorm / dropout / linear blocks, trained
 with discriminative learning rates, slanted triangular learning rates and gradual
 unfreezing. Words are whitespace-split (WikiText's own tokenisation); the vocabulary marks
@@ -29,7 +30,10 @@ ARCHITECTURE = registry.register(
         presets=AWD_LSTM_PRESETS,
         tokenizer_kind="word",
         causal=True,
-        pretrainers={"causal_lm": AwdLstmCausalLM},
+        # causal_lm_bptt: the paper's training, windows of variable length over B parallel
+        # streams with the LSTM state carried across them (§4.1, §5); causal_lm:
+        # independent windows, each from the zero state.
+        pretrainers={"causal_lm_bptt": AwdLstmCausalLM, "causal_lm": AwdLstmCausalLM},
         heads={"causal_lm": AwdLstmCausalLM, "classification": UlmfitClassifier},
         special_tokens=SPECIAL_TOKENS,
         paper="Merity, Keskar, Socher 2018, Regularizing and Optimizing LSTM Language "

@@ -35,10 +35,12 @@ class AwdLstmBackbone(Backbone):
       and the last one `embedding_dim`, so its output can be tied to the embedding (§4.5,
       §5: "the final LSTM layer ... dimensionality equal to the embedding size").
 
-    The LSTM state starts at zero for every sequence (the pipeline's records are
-    independent windows; the reference code carries the state from one batch to the next
-    of one continuous stream). No positions are learned, so any length runs;
-    `max_sequence_length` only bounds generation and the served inputs.
+    Called as a Keras model, the LSTM state starts at zero for every sequence.
+    `call_from_state` runs the same network from a given (h, c) per layer and returns the
+    final one, so a language model can carry the state from one BPTT window to the next of
+    a continuous stream (§4 / the reference code's ``hidden = repackage_hidden(hidden)``;
+    `AwdLstmCausalLM` with ``stream_batch_size``). No positions are learned, so any length
+    runs; `max_sequence_length` only bounds generation and the served inputs.
 
     Inputs (dict, int32 [batch, seq_len]): `token_ids`, `padding_mask` (1 = real token; the
         LSTM state is carried unchanged over padded positions, so padding on either side
@@ -98,6 +100,34 @@ class AwdLstmBackbone(Backbone):
                 x = self.hidden_dropouts[layer](x)
         super().__init__(inputs=inputs, outputs={"sequence_output": x}, dtype=dtype,
                          arguments=locals(), **kwargs)
+
+    # ------------------------------------------------------------------ carried state
+
+    def zero_states(self, batch_size):
+        """Per layer (h, c), each [batch, units] of zeros: the state before a stream."""
+        return [lstm.zero_state(batch_size) for lstm in self.lstm_layers]
+
+    def call_from_state(self, inputs, states, training=False):
+        """The backbone's forward pass (the same layers and dropouts as the functional
+        model) with the LSTM of layer l starting from ``states[l]`` = (h, c) [B, units].
+
+        Returns:
+            (sequence_output [B, T, embedding_dim], final states: per layer (h, c) after
+            the last real position; a padded position carries the state unchanged).
+        """
+        token_ids = ops.convert_to_tensor(inputs["token_ids"], "int32")
+        x = self.token_embedding(token_ids)
+        x = self.embedding_dropout(x, token_ids, training=training)
+        x = self.input_dropout(x, training=training)
+        final = []
+        for layer, (lstm, start) in enumerate(zip(self.lstm_layers, states)):
+            h_seq, c_seq = lstm.sequence_states(x, inputs["padding_mask"],
+                                                initial_state=start, training=training)
+            final.append((h_seq[:, -1], c_seq[:, -1]))
+            x = h_seq
+            if layer < len(self.lstm_layers) - 1:
+                x = self.hidden_dropouts[layer](x, training=training)
+        return x, final
 
     # ------------------------------------------------------------------ decoding state
 

@@ -17,6 +17,11 @@ from lmfactory.models.task_model import SubclassedTask
 from lmfactory.models.tied_output import tied_logits
 
 CAUSAL_LM_INPUTS = ("token_ids", "padding_mask")
+# The optional input of ordered-stream batches (CONTRACTS §3 ``causal_lm_streams`` /
+# ``causal_lm_bptt``): the index of the batch's window in this pass over the streams
+# (0 = the streams start: the carried state is reset).
+STREAM_POSITION = "stream_position"
+PHASES = ("train", "eval")
 
 
 def _masked_mean(values, mask):
@@ -56,10 +61,25 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
     layer's outputs (§4.6; alpha = 2, beta = 1 in §5). Evaluation (`test_step`, the
     `nll` metric, perplexity = exp(nll)) scores the NLL alone, dropout off.
 
-    Variable-length BPTT (§4.1, `variable_bptt`): each training step keeps a prefix of the
-    fixed-length windows of the batch whose length is sampled around `bptt`
-    (`variable_length=True`) and scales the optimizer's step by seq_len / bptt
-    (`scaled_updates`: the update, not the gradient, so the scale holds under Adam too).
+    Carried state (§4 / §5 training procedure; the reference code's ``hidden =
+    repackage_hidden(hidden)`` every batch): built with ``stream_batch_size`` = B (the
+    trainer passes the batch size for an objective that declares ``ordered_streams``, whose
+    row b of batch k + 1 continues row b of batch k in the corpus, as the reference's
+    ``batchify``), the model keeps per LSTM layer the final (h, c) [B, units] of the last
+    window in non-trainable variables, one set for training and one for evaluation, and
+    starts the next window from it with the gradient stopped (truncated BPTT: no gradient
+    reaches an earlier window). The state is reset to zero when a batch's
+    ``stream_position`` is 0 (the streams start again: a new epoch or evaluation pass).
+    ``self(x)`` carries the evaluation state too when ``x`` has ``stream_position`` (a
+    perplexity loop over the held-out streams); without it (serving, generation), or without
+    ``stream_batch_size``, every sequence starts from the zero state.
+
+    Variable-length BPTT (§4.1, `variable_bptt`): with the carried state, the reader cuts
+    the streams into windows of sampled length (objective ``causal_lm_bptt``) and each step
+    scales the optimizer's step by the window's seq_len / bptt (`scaled_updates`: the
+    update, not the gradient, so the scale holds under Adam too). Without it (independent
+    windows), each training step keeps a prefix of the batch's fixed-length windows whose
+    length is sampled around `bptt` (`variable_length=True`) and scales likewise.
 
     ULMFiT's target task LM fine-tuning (Howard & Ruder 2018 §3.2, the `lm_finetuning`
     stage) adds discriminative fine-tuning (`discriminative_factor` 2.6: the embedding, then
@@ -85,6 +105,7 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
         discriminative_factor: ULMFiT's per-layer learning-rate divisor (2.6), None: off.
         slanted_triangular: use STLR (needs `total_steps`).
         cut_frac, ratio: STLR's (0.1, 32).
+        stream_batch_size: rows of the ordered streams whose state is carried (None: off).
     """
 
     # Its vocabulary logits are the backbone's token embedding called in reverse, through
@@ -93,7 +114,7 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
 
     def __init__(self, backbone, alpha=2.0, beta=1.0, bptt=70, variable_length=True,
                  total_steps=None, discriminative_factor=None, slanted_triangular=False,
-                 cut_frac=0.1, ratio=32.0, **kwargs):
+                 cut_frac=0.1, ratio=32.0, stream_batch_size=None, **kwargs):
         super().__init__(**kwargs)
         self.backbone = backbone
         self.alpha, self.beta = float(alpha), float(beta)
@@ -110,6 +131,16 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
         self.output_bias = self.add_weight(
             name="output_bias", shape=(backbone.vocabulary_size,), initializer="zeros")
         self.length_seed = keras.random.SeedGenerator(None)
+        self.stream_batch_size = None if stream_batch_size is None else int(stream_batch_size)
+        self.carried_states = {}
+        if self.stream_batch_size:
+            for phase in PHASES:
+                self.carried_states[phase] = [
+                    tuple(self.add_weight(name=f"{phase}_{part}_{layer}",
+                                          shape=(self.stream_batch_size, lstm.units),
+                                          initializer="zeros", trainable=False)
+                          for part in ("h", "c"))
+                    for layer, lstm in enumerate(backbone.lstm_layers)]
         self.built = True
         self.nll_tracker = keras.metrics.Mean(name="nll")
         self.ar_tracker = keras.metrics.Mean(name="ar")
@@ -124,18 +155,52 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
         logits = tied_logits(self.backbone.token_embedding, hidden)
         return logits + ops.cast(self.output_bias, logits.dtype)
 
-    def predictions(self, inputs, training=False):
-        """dict: `logits` [B, T, V], `output` (last layer, undropped) and `dropped_output`."""
+    def predictions(self, inputs, training=False, phase=None):
+        """dict: `logits` [B, T, V], `output` (last layer, undropped) and `dropped_output`.
+        With ``phase`` ("train" / "eval"), a model with ``stream_batch_size`` and inputs
+        with ``stream_position``: from (and updating) that phase's carried state."""
         if not isinstance(inputs, dict) or any(k not in inputs for k in CAUSAL_LM_INPUTS):
             raise ValueError(f"AwdLstmCausalLM takes a dict with {list(CAUSAL_LM_INPUTS)}, "
                              f"got {sorted(inputs) if isinstance(inputs, dict) else inputs!r}")
-        inputs = {name: inputs[name] for name in CAUSAL_LM_INPUTS}
-        output = self.backbone(inputs, training=training)["sequence_output"]
+        if phase in self.carried_states and STREAM_POSITION in inputs:
+            output = self._carried_output(inputs, phase, training)
+        else:
+            inputs = {name: inputs[name] for name in CAUSAL_LM_INPUTS}
+            output = self.backbone(inputs, training=training)["sequence_output"]
         dropped = self.output_dropout(output, training=training)
         return {"logits": self.logits(dropped), "output": output, "dropped_output": dropped}
 
     def call(self, inputs, training=False):
-        return self.predictions(inputs, training=training)["logits"]
+        return self.predictions(inputs, training=training,
+                                phase="train" if training else "eval")["logits"]
+
+    # ------------------------------------------------------------------ carried state
+
+    def _carried_output(self, inputs, phase, training):
+        """The last layer's outputs of the batch's windows, run from the state the previous
+        windows left (zero at ``stream_position`` 0); stores the new final state."""
+        variables = self.carried_states[phase]
+        batch = inputs["token_ids"].shape[0]
+        if batch is not None and batch != self.stream_batch_size:
+            raise ValueError(f"AwdLstmCausalLM carries the state of {self.stream_batch_size} "
+                             f"streams; the batch has {batch} rows")
+        start = ops.any(ops.equal(ops.cast(inputs[STREAM_POSITION], "int32"), 0))
+        dtype = self.backbone.compute_dtype
+        states = [tuple(ops.cast(ops.stop_gradient(ops.where(start, 0.0, v)), dtype)
+                        for v in pair) for pair in variables]
+        output, final = self.backbone.call_from_state(
+            {name: inputs[name] for name in CAUSAL_LM_INPUTS}, states, training=training)
+        for pair, new in zip(variables, final):
+            for variable, value in zip(pair, new):
+                variable.assign(ops.cast(ops.stop_gradient(value), variable.dtype))
+        return output
+
+    def reset_states(self):
+        """Zeroes the carried states (training and evaluation)."""
+        for pairs in self.carried_states.values():
+            for pair in pairs:
+                for variable in pair:
+                    variable.assign(ops.zeros_like(variable))
 
     def call_with_state(self, token_ids, state, index):
         """One decoding step (models/generation.py): (logits [B, n, V], hidden, state)."""
@@ -163,7 +228,8 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """The training objective of ``x`` (recomputed with the dropout of ``training``:
         AR and TAR need the hidden states that the logits ``y_pred`` do not carry)."""
-        return self.objective(x, y, sample_weight, self.predictions(x, training=training))
+        return self.objective(x, y, sample_weight, self.predictions(
+            x, training=training, phase="train" if training else "eval"))
 
     # ------------------------------------------------------------------ Keras steps
 
@@ -201,7 +267,14 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         scale = None
-        if self.variable_length:
+        if "train" in self.carried_states and STREAM_POSITION in x:
+            # The reader cut the windows (variable lengths with causal_lm_bptt): the whole
+            # window is trained, so the next one continues from its end.
+            length = ops.shape(y)[1]
+            if self.variable_length:
+                scale = ops.cast(length, "float32") / float(self.bptt)
+            self.length_tracker.update_state(ops.cast(length, "float32"))
+        elif self.variable_length:
             length = sample_sequence_length(self.bptt, ops.shape(y)[1], self.length_seed)
             x = {name: x[name][:, :length] for name in CAUSAL_LM_INPUTS}
             y = y[:, :length]
@@ -209,7 +282,8 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
             scale = ops.cast(length, "float32") / float(self.bptt)
             self.length_tracker.update_state(ops.cast(length, "float32"))
         with tf.GradientTape() as tape:
-            loss = self.objective(x, y, sample_weight, self.predictions(x, training=True))
+            loss = self.objective(x, y, sample_weight,
+                                  self.predictions(x, training=True, phase="train"))
             scaled_loss = self.optimizer.scale_loss(loss)
         variables = self.trainable_variables
         gradients = tape.gradient(scaled_loss, variables)
@@ -219,7 +293,8 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
 
     def test_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        loss = self.objective(x, y, sample_weight, self.predictions(x, training=False),
+        loss = self.objective(x, y, sample_weight,
+                              self.predictions(x, training=False, phase="eval"),
                               regularize=False)
         return self._results(loss)
 
@@ -230,9 +305,10 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
                        "total_steps": self.total_steps,
                        "discriminative_factor": self.discriminative_factor,
                        "slanted_triangular": self.slanted_triangular,
-                       "cut_frac": self.cut_frac, "ratio": self.ratio})
+                       "cut_frac": self.cut_frac, "ratio": self.ratio,
+                       "stream_batch_size": self.stream_batch_size})
         return config
 
 
-__all__ = ["AwdLstmCausalLM", "activation_regularization",
+__all__ = ["AwdLstmCausalLM", "STREAM_POSITION", "activation_regularization",
            "temporal_activation_regularization"]
