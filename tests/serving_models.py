@@ -35,6 +35,7 @@ where did the fox go ? it went over the hill to the river .
 paris is the capital of france ; berlin is the capital of germany .
 the film was a delight from start to finish , the actors were great .
 the cat sat on the mat and the dog sat on the log .
+* paris ~ is in * france ~ , the relation markers of relation classification .
 """.splitlines()
 _ROOT = tempfile.mkdtemp(prefix="serving_models_")
 atexit.register(shutil.rmtree, _ROOT, True)
@@ -146,6 +147,15 @@ def _task_model(architecture: str, kind: str, variant: str = ""):
         if kind == "classification" and variant in ("", "pair_labelled"):
             task["label_vocabulary"] = list(LABELS)
         return model, preprocessor, task
+    if kind == "relation_classification":
+        from lmfactory.components.tasks.relation_classification import relation_preprocessor
+
+        preprocessor = relation_preprocessor(vocab_dir, architecture, length, {})
+        model = arch.head("classification")(base, num_classes=len(LABELS))
+        return model, preprocessor, {"kind": kind, "text_features": ["text", "head", "tail"],
+                                     "label_feature": "relation", "num_classes": len(LABELS),
+                                     "label_vocabulary": list(LABELS),
+                                     "sequence_length": length}
     if kind == "tagging":
         from lmfactory.models.tasks.token_classification_preprocessor import (
             token_classification_preprocessor)
@@ -266,20 +276,27 @@ def _graph_parts(architecture: str, kind: str) -> tuple:
     return kind, name(head), name(preprocessor)
 
 
+def _pieces(architecture: str, kind: str) -> set:
+    """The pieces of code a pair's serving graph is made of: its backbone (and tokenizer),
+    its head class (or language model) and its packing (the kind with the preprocessor
+    factory: the kind's own signature code and the architecture's preprocessor for it)."""
+    kind_name, head, preprocessor = _graph_parts(architecture, kind)
+    return {("backbone", architecture), ("head", head), ("packing", kind_name, preprocessor)}
+
+
 def audit_cases(full: bool = False) -> list:
     """The pairs the op audit exports: every pair with ``full``; otherwise a covering
-    subset, a pair being left out only when its architecture (backbone and tokenizer) AND
-    its graph parts (`_graph_parts`: kind, head class, preprocessor factory) are both in
-    pairs already exported. An op the model server lacks comes from a piece of code (a
-    layer, a tokenizer, a head, a packing), which the subset exports at least once. Pairs
-    the kind refuses to build are left out."""
-    chosen, backbones, parts = [], set(), set()
+    subset, a pair being left out only when each of its pieces (`_pieces`: its backbone and
+    tokenizer, its head class, its kind's packing) is in a pair already exported. An op the
+    model server lacks comes from a piece of code (a layer, a tokenizer, a head, a
+    packing), which the subset exports at least once. Pairs the kind refuses to build are
+    left out."""
+    chosen, covered = [], set()
     for name, kind in serving_cases():
         if refusal(name, kind):
             continue
-        key = _graph_parts(name, kind)
-        if full or name not in backbones or key not in parts:
+        pieces = _pieces(name, kind)
+        if full or not pieces <= covered:
             chosen.append((name, kind))
-            backbones.add(name)
-            parts.add(key)
+            covered |= pieces
     return chosen

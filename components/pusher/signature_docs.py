@@ -101,6 +101,19 @@ SIGNATURES = (
         {"sentence1": ["A plane is taking off."], "sentence2": ["An air plane is taking off."]},
         variant="pair"),
     SignatureDoc(
+        "relation-classification", "relation_classification",
+        "Relation classification between two marked entities (ERNIE, FB15k-237 relations)",
+        "relations", "serving_default",
+        (Port("text", _TEXT, "[B]", "the sentence"),
+         Port("head", _TEXT, "[B]", "the head entity's mention, as written in the sentence "
+              "(its first occurrence is marked)"),
+         Port("tail", _TEXT, "[B]", "the tail entity's mention")),
+        (Port("probabilities", "float32", "[B, C]", "softmax over the C relations"),
+         Port("label", "int64", "[B]", "the most probable relation id"),
+         Port("label_name", _TEXT, "[B]", "its name (e.g. a Freebase relation path)")),
+        {"text": ["paris is the capital of france"], "head": ["paris"],
+         "tail": ["france"]}),
+    SignatureDoc(
         "tagging", "tagging", "Token tagging (NER, WNUT-17 / CoNLL)", "ner", "serving_default",
         (Port("sentences", _TEXT, "[B]", "sentences; words are split on whitespace"),),
         (Port("tags", _TEXT, "[B, W]", "one tag per word, rows padded with \"\""),
