@@ -29,9 +29,6 @@ from typing import Iterable, Mapping, Sequence
 
 import regex
 
-from lmfactory.models.tokenizers.byte_level_fast import (WORD_PIECES_FILE, merge_symbols,
-                                                         write_word_pieces)
-
 END_OF_TEXT = "<|endoftext|>"
 # GPT-2's set (Radford et al. 2019): one token ends every document and doubles as padding.
 SPECIAL_TOKENS = {"end_of_text": END_OF_TEXT, "pad": END_OF_TEXT}
@@ -397,6 +394,10 @@ def encode_word(word: str, merge_ranks: dict[tuple[str, str], int]) -> list[str]
 
 def tokenizer_config(special_tokens: Mapping[str, str] | None = None) -> dict:
     """The ``tokenizer.json`` content for a byte-level BPE folder (CONTRACTS §2)."""
+    # Imported here, not at the top: a Beam worker that only counts words must not import
+    # TensorFlow (the tokenizer module does), see components/vocabulary/counting.py.
+    from lmfactory.models.tokenizers.byte_level_fast import WORD_PIECES_FILE
+
     return {"kind": "bpe", "vocabulary_file": VOCABULARY_FILE, "merges_file": MERGES_FILE,
             "special_tokens": dict(SPECIAL_TOKENS if special_tokens is None
                                    else special_tokens),
@@ -410,6 +411,9 @@ def write_files(output_dir: str, tokens: list[str], merges: list[tuple[str, str]
     ``word_counts`` (words in the byte alphabet), merged in the tokenizer's order
     (``merge_symbols``), which its static word table serves without the merge loop."""
     import tensorflow as tf
+
+    from lmfactory.models.tokenizers.byte_level_fast import (WORD_PIECES_FILE, merge_symbols,
+                                                             write_word_pieces)
 
     vocabulary = {token: index for index, token in enumerate(tokens)}
     if len(vocabulary) != len(tokens):
