@@ -50,6 +50,9 @@ def _eval_rows(kind: str, architecture: str) -> list:
     if kind == "classification":
         return [{"sentence1": [s], "sentence2": [s[::-1]], "label": [i % 2]}
                 for i, s in enumerate(SENTENCES)]
+    if kind == "relation_classification":  # the sentence and its two entities' mentions
+        return [{"text": [s], "head": [s.split()[0]], "tail": [s.split()[-1]],
+                 "relation": ["/location/contains"]} for s in SENTENCES]
     if kind == "tagging":
         return [{"tokens": s.split(), "tags": ["O"] * len(s.split())} for s in SENTENCES]
     if kind == "span_qa":
