@@ -38,7 +38,7 @@ weights, repeated and prefetched), mapped to each model's input layout.
   length changes the work per token (attention grows with T).
 * Output-layer micro-benchmark: forward + backward of the output projection tied to the
   token embedding, called as keras-nlp's layer does it (`token_embedding(h, reverse=True)`
-  on [B, T, H]) and as the project now does (`tied_logits`, models/gpt2/gpt2_causal_lm.py),
+  on [B, T, H]) and as the project now does (`tied_logits`, models/tied_output.py),
   at BERT-mini's and GPT-2's shapes.
 
 Timing: every model runs `fit` for 2 warm-up steps (tracing, XLA compilation), then the
@@ -509,8 +509,9 @@ def findings(records: list, scaling: list, micro: list, peaks: dict, pipeline: f
                    "whose table gradient is a [B, d, V] tensor summed over B; the project "
                    "folds the rows to [1, B T, d] first (same logits). The saving grows "
                    "with B, which falls as T grows in the scaling rows; GPT-2 at batch 4 "
-                   "gains little. 'project MLM' (RoBERTa's pretrainer) still uses "
-                   "keras-nlp's head.")
+                   "gains little. Every tied head (RoBERTa's MLM too) folds the same way "
+                   "(models/tied_output.py), and the project's encoder blocks fold their "
+                   "feed-forward layers (models/folded_dense.py).")
     if any(100 * r["flops_per_s"] / peaks["bfloat16" if r["variant"] == "bf16"
                                           else "float32"] > 100 for r in records):
         out.append("Rows above 100% of peak: the peak matmul measurement was slowed by "
