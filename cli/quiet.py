@@ -31,10 +31,8 @@ def native_stderr_hidden(enabled: bool = True):
     if not enabled:
         yield
         return
-    try:
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # a closed or odd stream
         sys.stderr.flush()
-    except (AttributeError, OSError, ValueError):
-        pass
     saved = os.dup(2)
     null = os.open(os.devnull, os.O_WRONLY)
     original = sys.stderr
@@ -49,10 +47,8 @@ def native_stderr_hidden(enabled: bool = True):
         os.dup2(null, 2)
         yield
     finally:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
         os.dup2(saved, 2)
         os.close(saved)
         os.close(null)

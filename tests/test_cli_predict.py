@@ -177,7 +177,10 @@ def test_evaluate_a_causal_lm_on_a_text_file(tmp_path, capsys, monkeypatch):
     assert int(values["tokens"].split()[0]) == stream // 9 * 8  # full blocks of 8 + 1 ids
     perplexity, nll = float(values["perplexity"].split()[0]), float(values["nll"].split()[0])
     assert perplexity == pytest.approx(np.exp(nll), rel=1e-3)
-    assert 1.0 < perplexity < 3 * tokenizer.vocabulary_size()
+    # an untrained model's small initial logits predict nearly uniformly: perplexity about
+    # the vocabulary size (measured 299.5 for 289 ids); a wrong count or NLL lands far off
+    vocabulary_size = tokenizer.vocabulary_size()
+    assert 0.8 * vocabulary_size < perplexity < 1.25 * vocabulary_size
     assert "causal_lm windows: done in" in err
 
 
