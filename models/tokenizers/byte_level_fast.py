@@ -32,10 +32,10 @@ import re
 import keras
 import keras_nlp
 import tensorflow as tf
-from keras_hub.src.tokenizers.byte_pair_tokenizer import split_strings_for_bpe
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
-from lmfactory.models.tokenizers.byte_level_split import character_classes, split_words
+from lmfactory.models.tokenizers.byte_level_split import (character_classes, keras_nlp_split,
+                                                          split_words)
 
 WORD_PIECES_FILE = "word_pieces.txt"
 _HEADER = "#word_pieces merges_sha256="
@@ -306,8 +306,7 @@ class ByteLevelBpeTokenizer(keras_nlp.tokenizers.BytePairTokenizer):
 
     def _keras_nlp_words(self, texts):
         """keras-nlp's split of a 1-D batch -> (1-D words, row_splits)."""
-        words = split_strings_for_bpe(texts, self.unsplittable_tokens)
-        return words.flat_values, words.row_splits
+        return keras_nlp_split(texts, self.unsplittable_tokens)
 
     def get_config(self):
         return super().get_config()  # the word table is an asset, like the vocabulary

@@ -35,7 +35,12 @@ import functools
 import unicodedata
 
 import numpy as np
+import regex
 import tensorflow as tf
+from keras_hub.src.tokenizers.byte_pair_tokenizer import (SPECIAL_WHITESPACES, SPLIT_PATTERN_1,
+                                                          SPLIT_PATTERN_2,
+                                                          create_alts_for_unsplittable_tokens)
+from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops
 
 SPACE, LETTER, NUMBER, OTHER, APOSTROPHE, UNSAFE = range(6)
 # Code points from here on are all sent to keras-nlp's split (rare: CJK extensions G/H,
@@ -158,9 +163,51 @@ def split_words(texts: tf.Tensor, classes: tf.Tensor, inexact: tf.Tensor | None 
     return words, row_splits, exact
 
 
+def keras_nlp_split(texts: tf.Tensor, unsplittable_tokens=None):
+    """keras-nlp's ``split_strings_for_bpe`` of a 1-D batch, as flat words and row splits.
+
+    The same steps with the same patterns (its marker ``६`` before a space that starts a
+    word and after trailing whitespace, each unsplittable token split out and replaced by
+    its ``ĴA``-style stand-in, RE2 splits on ``SPLIT_PATTERN_1`` then ``SPLIT_PATTERN_2``,
+    the stand-ins restored, the marker tokens dropped), on flat string vectors: each split
+    is tf-text's ``RegexSplitWithOffsets`` op on the pieces so far, its row splits
+    composed with the rows' (the words of a text stay in order, as ``merge_dims`` leaves
+    them). keras-nlp builds a validated ``RaggedTensor`` after every split, rank 2 to 4:
+    about 1,000 graph nodes and 70 assertion functions, which every function that may call
+    this one carries in its library and which a tf.data iterator re-optimises each time it
+    starts (issue 17); this is about 40 nodes.
+
+    Returns ``(words, row_splits)``: 1-D strings and [batch + 1] int64.
+    """
+    marker = "\u096c"
+    pieces = tf.strings.regex_replace(texts, rf"( )([^\s{SPECIAL_WHITESPACES}])",
+                                      marker + r"\1\2")
+    pieces = tf.strings.regex_replace(pieces, rf"(\s{SPECIAL_WHITESPACES})$", r"\1" + marker)
+    row_splits = tf.range(tf.size(pieces, out_type=tf.int64) + 1)
+    tokens = list(unsplittable_tokens or [])  # escaped as keras-nlp does (`regex`)
+    alts = create_alts_for_unsplittable_tokens(tokens)
+
+    def split(pieces, row_splits, pattern):
+        wrapped = f"({pattern})"
+        words, _, _, splits = gen_regex_split_ops.regex_split_with_offsets(
+            pieces, wrapped, wrapped)
+        return words, tf.gather(splits, row_splits)
+
+    for token, alt in zip(tokens, alts):
+        pieces, row_splits = split(pieces, row_splits, regex.escape(token))
+        pieces = tf.strings.regex_replace(pieces, regex.escape(token), alt)
+    pieces, row_splits = split(pieces, row_splits, SPLIT_PATTERN_1)
+    pieces, row_splits = split(pieces, row_splits, SPLIT_PATTERN_2)
+    for token, alt in zip(tokens, alts):
+        pieces = tf.strings.regex_replace(pieces, regex.escape(alt), token)
+    kept = tf.not_equal(pieces, marker)
+    before = tf.concat([[0], tf.cumsum(tf.cast(kept, tf.int64))], 0)
+    return tf.boolean_mask(pieces, kept), tf.gather(before, row_splits)
+
+
 def _any_equal(values, characters: str):
     return tf.reduce_any([tf.equal(values, ord(c)) for c in characters], 0)
 
 
 __all__ = ["APOSTROPHE", "LETTER", "NUMBER", "OTHER", "SPACE", "UNSAFE",
-           "UNSAFE_CHARACTERS", "character_classes", "split_words"]
+           "UNSAFE_CHARACTERS", "character_classes", "keras_nlp_split", "split_words"]
