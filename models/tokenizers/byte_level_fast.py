@@ -35,7 +35,7 @@ import tensorflow as tf
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from lmfactory.models.tokenizers.byte_level_split import (character_classes, keras_nlp_split,
-                                                          split_words)
+                                                          merge_rows, split_words)
 
 WORD_PIECES_FILE = "word_pieces.txt"
 _HEADER = "#word_pieces merges_sha256="
@@ -186,28 +186,22 @@ class ByteLevelBpeTokenizer(keras_nlp.tokenizers.BytePairTokenizer):
 
     def _tokenize_batch(self, texts):
         """Ragged ids of a 1-D batch: the words of most rows from :func:`split_words`,
-        the others' from keras-nlp's split, then the ids of all words at once."""
+        the others' from keras-nlp's split (merged in row order), then the ids of all
+        words at once."""
         inexact = (tf.strings.regex_full_match(texts, self._special_pattern)
                    if self._special_pattern else None)
-        words, word_splits, exact = split_words(texts, self._classes, inexact)
-        batch = tf.shape(texts, out_type=tf.int64)[0]
-        rows = tf.where(~exact)[:, 0]
-        other, other_splits = tf.cond(
-            tf.reduce_all(exact),
-            lambda: (tf.zeros([0], tf.string), tf.zeros([1], tf.int64)),
-            lambda: self._keras_nlp_words_once(tf.gather(texts, rows)))
-        fast_count = tf.size(words, out_type=tf.int64)
-        ids = self._word_ids(tf.concat([words, other], 0))
-        fast_end = ids.row_splits[fast_count]
-        fast = tf.RaggedTensor.from_row_splits(
-            ids.flat_values[:fast_end], tf.gather(ids.row_splits, word_splits),
-            validate=False)
-        other_ids = ids.flat_values[fast_end:]
-        other_rows = tf.gather(ids.row_splits[fast_count:] - fast_end, other_splits)
-        lengths = tf.scatter_nd(rows[:, None], other_rows[1:] - other_rows[:-1], [batch])
-        merged = tf.concat([fast, tf.RaggedTensor.from_row_lengths(other_ids, lengths,
-                                                                    validate=False)], 1)
-        return merged
+        words, row_splits, exact = split_words(texts, self._classes, inexact)
+
+        def with_other_rows():
+            rows = tf.where(~exact)[:, 0]
+            other, other_splits = self._keras_nlp_words_once(tf.gather(texts, rows))
+            return merge_rows(words, row_splits, other, other_splits, rows)
+
+        words, row_splits = tf.cond(tf.reduce_all(exact), lambda: (words, row_splits),
+                                    with_other_rows)
+        ids = self._word_ids(words)
+        return tf.RaggedTensor.from_row_splits(
+            ids.flat_values, tf.gather(ids.row_splits, row_splits), validate=False)
 
     def _word_ids(self, words):
         """Ragged [word, id]: the static table's rows, and :meth:`_merge_words` for the
@@ -224,7 +218,12 @@ class ByteLevelBpeTokenizer(keras_nlp.tokenizers.BytePairTokenizer):
             unique, position = tf.unique(tf.gather(words, missing), out_idx=tf.int64)
             rows = tf.tensor_scatter_nd_update(index, missing[:, None],
                                                table.nrows() + position)
-            found = tf.gather(tf.concat([table, self._merge_words_once(unique)], 0), rows)
+            merged = self._merge_words_once(unique)  # rows appended to the table's
+            both = tf.RaggedTensor.from_row_splits(
+                tf.concat([self._table_ids, merged.flat_values], 0),
+                tf.concat([self._table_splits, merged.row_splits[1:] + self._table_splits[-1]],
+                          0), validate=False)
+            found = tf.gather(both, rows)
             return found.flat_values, found.row_splits
 
         def all_found():

@@ -77,14 +77,6 @@ def character_classes() -> np.ndarray:
     return np.append(classes, np.int8(UNSAFE))
 
 
-def _shift(values, by: int, fill):
-    """``values`` moved ``by`` places to the right (positive) or left (negative)."""
-    pad = tf.fill([abs(by)], tf.constant(fill, values.dtype))
-    if by > 0:  # (also right for fewer than `by` values)
-        return tf.concat([pad, values], 0)[:tf.size(values)]
-    return tf.concat([values, pad], 0)[-by:]
-
-
 def split_words(texts: tf.Tensor, classes: tf.Tensor, inexact: tf.Tensor | None = None):
     """GPT-2's words of a batch of strings.
 
@@ -105,21 +97,23 @@ def split_words(texts: tf.Tensor, classes: tf.Tensor, inexact: tf.Tensor | None 
     chars = codes.flat_values
     byte_offsets = offsets.flat_values
     char_splits = codes.row_splits
-    row_ids = codes.value_rowids()
     batch = tf.shape(texts, out_type=tf.int64)[0]
     count = tf.size(chars, out_type=tf.int64)
-    cls = tf.gather(classes, tf.minimum(chars, TABLE_SIZE))
     position = tf.range(count)
+    row_ids = _row_ids(char_splits, position)
+    cls = tf.gather(classes, tf.minimum(chars, TABLE_SIZE))
     row_start = tf.gather(char_splits, row_ids)
     row_end = tf.gather(char_splits[1:], row_ids)
     first = tf.equal(position, row_start)
     last = tf.equal(position + 1, row_end)
     none = tf.constant(-1, tf.int8)
-    previous = tf.where(first, none, _shift(cls, 1, -1))
-    following = tf.where(last, none, _shift(cls, -1, -1))
+    # Neighbours by rotation: what wraps around lands on a row's first or last character
+    # (masked below) or on a flag that needs room it does not have.
+    previous = tf.where(first, none, tf.roll(cls, 1, 0))
+    following = tf.where(last, none, tf.roll(cls, -1, 0))
     # Runs: an apostrophe is punctuation like any other.
     run = tf.where(tf.equal(cls, APOSTROPHE), tf.constant(OTHER, tf.int8), cls)
-    previous_run = tf.where(first, none, _shift(run, 1, -1))
+    previous_run = tf.where(first, none, tf.roll(run, 1, 0))
     space = tf.equal(cls, SPACE)
     after_space = tf.equal(previous, SPACE)
     starts = (first
@@ -129,19 +123,15 @@ def split_words(texts: tf.Tensor, classes: tf.Tensor, inexact: tf.Tensor | None 
     # Contractions: an apostrophe starting a run (after a letter, a number or nothing).
     opens = tf.equal(cls, APOSTROPHE) & (first | tf.equal(previous, LETTER)
                                          | tf.equal(previous, NUMBER))
-    next_1 = _shift(chars, -1, 0)
-    next_2 = _shift(chars, -2, 0)
-    room_1 = position + 1 < row_end
-    room_2 = position + 2 < row_end
-    two = opens & room_1 & _any_equal(next_1, _CONTRACTION_2)
-    three = opens & room_2 & tf.reduce_any(
+    next_1 = tf.roll(chars, -1, 0)
+    next_2 = tf.roll(chars, -2, 0)
+    two = opens & (position + 1 < row_end) & _any_equal(next_1, _CONTRACTION_2)
+    three = opens & (position + 2 < row_end) & tf.reduce_any(
         [tf.equal(next_1, ord(a)) & tf.equal(next_2, ord(b)) for a, b in _CONTRACTION_3], 0)
     # No word starts inside a contraction; one starts right after it (if the row goes on).
-    inside = _shift(two, 1, False) | _shift(three, 1, False) | _shift(three, 2, False)
-    same_row_2 = tf.equal(_shift(row_ids, 2, -1), row_ids)
-    same_row_3 = tf.equal(_shift(row_ids, 3, -1), row_ids)
-    starts = ((starts & ~inside) | (_shift(two, 2, False) & same_row_2)
-              | (_shift(three, 3, False) & same_row_3))
+    inside = tf.roll(two, 1, 0) | tf.roll(three, 1, 0) | tf.roll(three, 2, 0)
+    starts = ((starts & ~inside) | (tf.roll(two, 2, 0) & (position >= row_start + 2))
+              | (tf.roll(three, 3, 0) & (position >= row_start + 3)))
     unsafe = tf.math.unsorted_segment_max(tf.cast(tf.equal(cls, UNSAFE), tf.int32),
                                           row_ids, batch)
     exact = unsafe <= 0  # an empty row's maximum is the smallest int32
@@ -150,17 +140,43 @@ def split_words(texts: tf.Tensor, classes: tf.Tensor, inexact: tf.Tensor | None 
     starts = starts & tf.gather(exact, row_ids)
     word_chars = tf.where(starts)[:, 0]
     word_rows = tf.gather(row_ids, word_chars)
-    lengths = tf.strings.length(texts)
-    text_starts = tf.cumsum(tf.cast(lengths, tf.int64), exclusive=True)
-    begin = tf.gather(byte_offsets, word_chars) + tf.gather(text_starts, word_rows)
-    row_ends = tf.gather(text_starts + tf.cast(lengths, tf.int64), word_rows)
-    next_begin = _shift(begin, -1, 0)
-    last_word = tf.not_equal(_shift(word_rows, -1, -1), word_rows)
-    end = tf.where(last_word, row_ends, next_begin)
-    words = tf.strings.substr(tf.strings.reduce_join(texts), begin, end - begin)
     row_splits = tf.concat([[0], tf.cumsum(tf.math.bincount(
         word_rows, minlength=batch, maxlength=batch, dtype=tf.int64))], 0)
+    lengths = tf.cast(tf.strings.length(texts), tf.int64)
+    text_starts = tf.cumsum(lengths, exclusive=True)
+    begin = tf.gather(byte_offsets, word_chars) + tf.gather(text_starts, word_rows)
+    # A word ends where the next one begins, the last word of a row where the row ends.
+    word_index = tf.range(tf.size(word_chars, out_type=tf.int64))
+    last_word = tf.equal(word_index + 1, tf.gather(row_splits[1:], word_rows))
+    end = tf.where(last_word, tf.gather(text_starts + lengths, word_rows),
+                   tf.roll(begin, -1, 0))
+    words = tf.strings.substr(tf.strings.reduce_join(texts), begin, end - begin)
     return words, row_splits, exact
+
+
+def _row_ids(row_splits, index):
+    """The row of each ``index`` (sorted or not) in a ragged partition ``row_splits``
+    (one search op, where ``RaggedTensor.value_rowids`` builds about 70 nodes)."""
+    return tf.searchsorted(row_splits, index, side="right", out_type=tf.int64) - 1
+
+
+def merge_rows(words, row_splits, other, other_splits, rows):
+    """The words of a batch from two splits: ``words`` / ``row_splits`` (a row of the
+    batch per split) and ``other`` / ``other_splits`` (the words of the batch's rows
+    ``rows``, which hold no ``words``) -> ``(words, row_splits)`` of the whole batch, each
+    row's words in order."""
+    batch = tf.size(row_splits, out_type=tf.int64) - 1
+    other_counts = tf.scatter_nd(rows[:, None], other_splits[1:] - other_splits[:-1],
+                                 batch[None])
+    splits = tf.concat([[0], tf.cumsum(row_splits[1:] - row_splits[:-1] + other_counts)], 0)
+    index = tf.range(tf.size(words, out_type=tf.int64))
+    target = index + tf.gather(splits - row_splits, _row_ids(row_splits, index))
+    other_index = tf.range(tf.size(other, out_type=tf.int64))
+    other_target = other_index + tf.gather(tf.gather(splits, rows) - other_splits[:-1],
+                                           _row_ids(other_splits, other_index))
+    merged = tf.dynamic_stitch([tf.cast(target, tf.int32), tf.cast(other_target, tf.int32)],
+                               [words, other])
+    return merged, splits
 
 
 def keras_nlp_split(texts: tf.Tensor, unsplittable_tokens=None):
@@ -210,4 +226,5 @@ def _any_equal(values, characters: str):
 
 
 __all__ = ["APOSTROPHE", "LETTER", "NUMBER", "OTHER", "SPACE", "UNSAFE",
-           "UNSAFE_CHARACTERS", "character_classes", "keras_nlp_split", "split_words"]
+           "UNSAFE_CHARACTERS", "character_classes", "keras_nlp_split", "merge_rows",
+           "split_words"]
