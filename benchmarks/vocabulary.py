@@ -451,8 +451,38 @@ def make_plots(figures, scales, out_dir) -> list:
     return plots
 
 
+# What changed each figure since the last report (one line each; the report prints them).
+CHANGES = {
+    "Beam multi_processing": (
+        "session 16: the records are spread over the workers (batches of 256 records through "
+        "one shuffle; the ingested split is one GZIP file, which one worker read and counted "
+        "alone) and the learner runs in the launching process after the pipeline (a worker "
+        "imported TensorFlow and Keras for that one step)"),
+    "Beam policy / in_memory": "session 16: the same pipeline change (one more shuffle, no "
+                               "worker import)",
+    "in-process, tokenizers (Rust), keras-nlp": "unchanged code; they move with the load",
+}
+
+
+def multi_processing_profile(figures, kind, scale) -> str | None:
+    """Where a forced 2-worker run's time goes: the 10-line run's start-up, the counting
+    (in-process time, halved for 2 workers), the learner, and what is left (shuffles,
+    pickling, the runner's bookkeeping)."""
+    at = figures["scales"][scale][kind]["seconds"]
+    fixed = figures["fixed_cost"].get("multi_processing")
+    if "Beam multi_processing" not in at or fixed is None:
+        return None
+    total = at["Beam multi_processing"]
+    counting, learning = at["in-process: counting"] / 2, at["in-process: learning"]
+    rest = total - fixed - counting - learning
+    return (f"{kind} {scale}x, Beam multi_processing {total:.1f} s = start-up {fixed:.1f} s "
+            f"(10-line run) + counting ~{counting:.1f} s (in-process / 2 workers) + learning "
+            f"{learning:.1f} s + the rest {rest:.1f} s (read, shuffles, pickling); "
+            f"tokenizers takes {at['tokenizers (Rust)']:.1f} s.")
+
+
 def findings(figures, scales) -> list:
-    notes = []
+    notes = [f"What changed {figure}: {change}." for figure, change in CHANGES.items()]
     first, last = scales[0], scales[-1]
     for kind in KINDS:
         at = {scale: figures["scales"][scale][kind]["seconds"] for scale in scales}
@@ -489,6 +519,10 @@ def findings(figures, scales) -> list:
                          f"counting vs {before:.2f} s with tensorflow-text's counting "
                          f"({before / after:.1f}x faster, same vocabulary: "
                          f"{figures['scales'][first][kind]['notes'].get('tf-text counting same vocabulary')}).")
+    for kind in KINDS:
+        profile = multi_processing_profile(figures, kind, last)
+        if profile:
+            notes.append("Profile: " + profile)
     for mode, seconds in figures["fixed_cost"].items():
         notes.append(f"Beam {mode} costs {seconds:.1f} s on a 10-line corpus: start-up, "
                      "not work.")

@@ -9,7 +9,8 @@ import importlib
 
 _EXPORTS = {"VocabularyGen": "component", "VocabularyGenSpec": "component",
             "Executor": "executor", "VocabularyConfig": "executor",
-            "add_vocabulary_pipeline": "executor", "learn_vocabulary": "executor"}
+            "add_vocabulary_pipeline": "executor", "finish_vocabulary": "executor",
+            "learn_vocabulary": "executor"}
 
 
 def __getattr__(name):

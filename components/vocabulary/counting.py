@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
@@ -139,6 +140,31 @@ def frequency_rank(word_count: tuple[str, int]) -> tuple[int, str]:
     return count, word  # ties cut by the word, so the kept set does not depend on the runner
 
 
+def records_of(batch: Sequence[bytes]) -> Sequence[bytes]:
+    """The records of a batch (the vocabulary pipeline batches records to spread them over
+    the workers in few shuffle elements, and takes them apart again here)."""
+    return batch
+
+
+# --- The counted words, handed from the workers to the learner --------------------------
+def write_word_counts(word_counts: Sequence[tuple[str, int]], path: str) -> str:
+    """Writes the (word, count) list (the top-k step's output) as one JSON file at ``path``
+    (any Beam file system, no TensorFlow on the worker) and returns ``path``."""
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.create(path) as f:
+        f.write(json.dumps(list(word_counts), ensure_ascii=False).encode("utf-8"))
+    return path
+
+
+def read_word_counts(path: str) -> list[tuple[str, int]]:
+    """The (word, count) list :func:`write_word_counts` wrote, in its order."""
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path) as f:
+        return [(word, count) for word, count in json.loads(f.read().decode("utf-8"))]
+
+
 # --- The Beam step ------------------------------------------------------------------------
 class CountWordsFn(beam.DoFn):
     """Serialized Examples -> (word, count) pairs of a whole bundle.
@@ -190,4 +216,4 @@ class CountWordsFn(beam.DoFn):
 
 __all__ = ["CountSettings", "CountWordsFn", "LINES_PER_BATCH", "count_bpe", "count_byte",
            "count_sentencepiece", "count_word", "count_wordpiece", "frequency_rank",
-           "text_lines"]
+           "read_word_counts", "records_of", "text_lines", "write_word_counts"]

@@ -1,13 +1,17 @@
 """Beam executor of VocabularyGen: Examples -> word counts -> WordPiece, byte-level BPE or
 SentencePiece files (or, for the ``byte`` kind, byte counts -> a fixed byte vocabulary).
 
-The scalable part runs in Beam: read the GZIP TFRecords of the chosen splits, pull the text
-features, pre-tokenize lines into words (in batches, with the tokenizer's own splitting
-rules) and sum them per bundle (``counting.CountWordsFn``, on workers that import no
-TensorFlow unless the kind's splitting needs it), count words with a combiner
-(``CombinePerKey(sum)``, lifted before the shuffle on Dataflow / Flink / Spark) and keep the
-``max_unique_words`` most frequent. The learner then
-runs once, on that (word, count) list, and writes the vocabulary folder (CONTRACTS §2).
+The scalable part runs in Beam: read the GZIP TFRecords of the chosen splits, spread them
+over the workers (batches of records through one shuffle: a GZIP file cannot be split, so a
+single-file split would otherwise be counted by one worker), pull the text features,
+pre-tokenize lines into words (in batches, with the tokenizer's own splitting rules) and
+sum them per bundle (``counting.CountWordsFn``, on workers that import no TensorFlow unless
+the kind's splitting needs it), count words with a combiner (``CombinePerKey(sum)``, lifted
+before the shuffle on Dataflow / Flink / Spark), keep the ``max_unique_words`` most frequent
+and write that (word, count) list to one file. The learner then runs once, in the process
+that ran the pipeline (it has TensorFlow imported already; a worker would import it, and
+Keras, for this one step: seconds, issue 17), and writes the vocabulary folder (CONTRACTS
+§2).
 Each kind's counting, learner and checks are its record in the learner registry
 (``learners.py``).
 
@@ -29,7 +33,8 @@ from tfx.types import artifact_utils
 
 from lmfactory.components import beam_options
 from lmfactory.components.vocabulary.counting import (CountSettings, CountWordsFn,
-                                                      frequency_rank)
+                                                      frequency_rank, read_word_counts,
+                                                      records_of, write_word_counts)
 from lmfactory.components.vocabulary.learners import LEARNERS
 from lmfactory.models import tokenizers
 from lmfactory.models.tokenizers.config import is_special_role
@@ -37,6 +42,8 @@ from lmfactory.models.tokenizers.config import is_special_role
 EXAMPLES_KEY = "examples"
 EXTRA_EXAMPLES_KEY = "extra_examples"  # optional: a second corpus counted with the first
 VOCABULARY_KEY = "vocabulary"
+RECORDS_PER_SHUFFLE_BATCH = 256  # records per element of the spreading shuffle
+WORD_COUNTS_FILE = ".word_counts.json"  # in the output folder while the learner runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,16 +177,17 @@ def check_files_exist(file_patterns: Mapping[str, str]) -> None:
 
 def add_vocabulary_pipeline(pipeline: beam.Pipeline, file_patterns: Mapping[str, str],
                             output_dir: str, config: VocabularyConfig) -> beam.PCollection:
-    """Adds read -> pre-tokenize -> count -> top-k -> learn -> write to ``pipeline``.
+    """Adds read -> spread -> pre-tokenize -> count -> top-k -> write the counts to
+    ``pipeline``; once it has run, :func:`finish_vocabulary` learns and writes the folder.
 
     Args:
       pipeline: the Beam pipeline (any runner).
       file_patterns: split name -> glob of its GZIP TFRecord files of ``tf.train.Example``.
-      output_dir: the vocabulary folder to write.
+      output_dir: the vocabulary folder to write (the counts file goes there first).
       config: what to learn.
 
     Returns:
-      A PCollection holding ``output_dir`` once the files are written.
+      A PCollection holding the counts file's path once it is written.
     """
     check_files_exist(file_patterns)
     records = [pipeline | f"Read[{split}]" >> beam.io.ReadFromTFRecord(
@@ -187,6 +195,10 @@ def add_vocabulary_pipeline(pipeline: beam.Pipeline, file_patterns: Mapping[str,
                for split, pattern in file_patterns.items()]
     word_counts = (
         records | "Flatten" >> beam.Flatten()
+        | "Batch" >> beam.BatchElements(min_batch_size=RECORDS_PER_SHUFFLE_BATCH,
+                                        max_batch_size=RECORDS_PER_SHUFFLE_BATCH)
+        | "Spread" >> beam.Reshuffle()
+        | "Unbatch" >> beam.FlatMap(records_of)
         | "CountInBundle" >> beam.ParDo(CountWordsFn(LEARNERS[config.kind].count,
                                                      config.count_settings,
                                                      config.text_features))
@@ -194,20 +206,36 @@ def add_vocabulary_pipeline(pipeline: beam.Pipeline, file_patterns: Mapping[str,
     return (word_counts
             | "MostFrequent" >> beam.combiners.Top.Of(config.max_unique_words,
                                                       key=frequency_rank)
-            | "LearnAndWrite" >> beam.Map(learn_and_write, output_dir, config,
-                                          _describe(file_patterns)))
+            | "WriteCounts" >> beam.Map(write_word_counts,
+                                        os.path.join(output_dir, WORD_COUNTS_FILE)))
+
+
+def finish_vocabulary(output_dir: str, config: VocabularyConfig, source: str) -> None:
+    """Learns from the counts file the pipeline wrote in ``output_dir`` and writes the
+    vocabulary folder there (the counts file is removed)."""
+    import tensorflow as tf
+
+    path = os.path.join(output_dir, WORD_COUNTS_FILE)
+    if not tf.io.gfile.exists(path):
+        raise ValueError(f"No word counts at {path}: the vocabulary pipeline of {source} "
+                         "did not run to its end")
+    try:
+        learn_and_write(read_word_counts(path), output_dir, config, source)
+    finally:
+        tf.io.gfile.remove(path)
 
 
 def learn_vocabulary(file_patterns: Mapping[str, str], output_dir: str,
                      config: VocabularyConfig,
                      beam_pipeline_args: Sequence[str] | None = None) -> dict:
     """Runs the vocabulary pipeline (DirectRunner unless ``beam_pipeline_args`` say otherwise)
-    and returns the written ``tokenizer.json`` content."""
+    and the learner, and returns the written ``tokenizer.json`` content."""
     args = beam_options.resolve_args(beam_pipeline_args,
                                      beam_options.input_size(file_patterns.values()),
                                      "VocabularyGen")
     with beam.Pipeline(argv=args) as pipeline:
         add_vocabulary_pipeline(pipeline, file_patterns, output_dir, config)
+    finish_vocabulary(output_dir, config, _describe(file_patterns))
     return tokenizers.read_tokenizer_config(output_dir)
 
 
@@ -246,5 +274,6 @@ class Executor(base_beam_executor.BaseBeamExecutor):
             self, beam_options.input_size(file_patterns.values()))
         with make_pipeline() as pipeline:
             add_vocabulary_pipeline(pipeline, file_patterns, vocabulary.uri, config)
+        finish_vocabulary(vocabulary.uri, config, _describe(file_patterns))
         vocabulary.set_string_custom_property("kind", config.kind)
         vocabulary.set_int_custom_property("vocabulary_size", vocabulary_size(vocabulary.uri))
