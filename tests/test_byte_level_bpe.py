@@ -116,6 +116,20 @@ def test_split_matches_keras_nlp_split(lines):
             assert set(text) & set(split.UNSAFE_CHARACTERS + "\u0378") or \
                 "<|endoftext|>" in text, text
     assert exact[:300].all() and exact.mean() > 0.3
+    # the rare rows' split: keras-nlp's steps on flat vectors, every row as keras-nlp's
+    for specials in (["<|endoftext|>"], ["<s>", "</s>", "a b#c"], None):
+        flat, splits = split.keras_nlp_split(tf.constant(texts), specials)
+        flat, splits = flat.numpy().tolist(), splits.numpy()
+        assert [flat[splits[i]:splits[i + 1]] for i in range(len(texts))] == (
+            split_strings_for_bpe(tf.constant(texts), specials).to_list())
+    # the two splits' words merged back in row order
+    other_rows = np.flatnonzero(~exact)
+    merged, merged_splits = split.merge_rows(
+        tf.constant(words, tf.string), row_splits, *split.keras_nlp_split(
+            tf.gather(tf.constant(texts), other_rows), ["<|endoftext|>"]), other_rows)
+    merged = merged.numpy().tolist()
+    assert [merged[merged_splits[i]:merged_splits[i + 1]] for i in range(len(texts))] == \
+        expected
 
 
 def test_ids_identical_to_keras_nlp_and_tokenizers(bpe_dir, files, keras_tokenizer, lines):

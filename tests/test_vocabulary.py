@@ -303,6 +303,8 @@ def test_executor_do_writes_a_vocabulary_artifact(tmp_path, examples_uri):
     assert vocabulary.get_int_custom_property("vocabulary_size") == len(tokens)
     tokenizer = load_tokenizer(vocabulary.uri)
     assert tokenizer.id_to_token(_as_list(tokenizer.tokenize("The"))[0]) == "The"
+    # the pipeline's word counts file is gone once the learner has run
+    assert not os.path.exists(os.path.join(vocabulary.uri, ".word_counts.json"))
 
 
 def _word_counts(vocab_dir):

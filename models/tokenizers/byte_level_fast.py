@@ -10,13 +10,20 @@ vocabulary, merges, word cache, merge loop, detokenizer and config, and changes 
 1. **The split.** :func:`byte_level_split.split_words` finds GPT-2's words with vectorised
    TF core ops over the batch's code points instead of two RE2 ``regex_split`` passes;
    rows it does not model (tabs, line breaks, special tokens, ... see that module) go
-   through keras-nlp's own split and cache, so every row's ids are keras-nlp's.
+   through keras-nlp's split (the same patterns and steps, on flat vectors:
+   :func:`byte_level_split.keras_nlp_split`), so every row's ids are keras-nlp's.
 2. **A static word table.** The vocabulary learner knows every word of the corpus and
    writes the merged pieces of the most frequent ones (``word_pieces.txt``, merges applied
    in keras-nlp's order: :func:`merge_symbols`). They become a ``StaticHashTable`` word ->
    row of a constant ragged id table, looked up once per batch; the other words go through
    keras-nlp's word cache and merge loop, once per distinct word of the batch. A table
    written for other merges is refused (its header holds a digest of the merges).
+
+The graph is kept small on purpose: a ``tf.data`` iterator re-optimises (Grappler) and
+re-instantiates its map function and every function that function may call, each time it
+starts, i.e. every epoch; with keras-nlp's ragged split in the library that was most of a
+pass over a small corpus (issue 17, benchmarks/tokenization.py's fixed-cost table). The
+rare paths are non-inlined functions, run only when a batch needs them.
 
 Every op is TF core (``UnicodeDecodeWithOffsets``, ``Substr``, ``LookupTableFindV2``,
 ``RaggedGather`` ...) or keras-nlp's (TF core + tf_text), so the layer exports into a
