@@ -428,12 +428,13 @@ def findings(figures, scales) -> list:
                      f"{first['eager call']:,.0f} called eagerly.")
         if len(scales) > 1:
             spread = [by_scale[scale]["tf.data map"] for scale in scales]
+            ratios = [by_scale[scale]["tf.data map"]
+                      / by_scale[scale]["tokenizers encode_batch"] for scale in scales]
             notes.append(f"{kind}: tf.data throughput from {scales[0]}x to {scales[-1]}x: "
                          + " -> ".join(f"{value:,.0f}" for value in spread)
                          + " sentences/s (flat = linear time); / tokenizers: "
-                         + " / ".join(f"{by_scale[scale]['tf.data map'] / by_scale[scale]['tokenizers encode_batch']:.2f}x"
-                                      f" (load {by_scale[scale]['load']:.1f})"
-                                      for scale in scales) + ".")
+                         + " / ".join(f"{ratio:.2f}x (load {by_scale[scale]['load']:.1f})"
+                                      for ratio, scale in zip(ratios, scales)) + ".")
         cold = first["first pass"]
         notes.append(f"{kind}: first passes (tracing, empty word caches): tf.function "
                      f"{cold['tf.function']:,.0f}, tf.data {cold['tf.data map']:,.0f}, "
