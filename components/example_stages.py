@@ -58,6 +58,20 @@ def split_counters(result, namespace: str, names: Sequence[str], label: str,
     return values
 
 
+def run_counted_stage(input_uris: Mapping[str, str], output_uri: str, label: str,
+                      make_transform: Callable[[], beam.PTransform], namespace: str,
+                      counter_names: Sequence[str], counts_file: str,
+                      make_pipeline: Callable[[], beam.Pipeline] | None = None) -> dict:
+    """:func:`transform_splits`, then the stage's counters per split (split -> name ->
+    value), written to ``<output_uri>/<counts_file>``, logged and returned."""
+    result = transform_splits(input_uris, output_uri, label, make_transform, make_pipeline)
+    counts = {split: split_counters(result, namespace, counter_names, label, split)
+              for split in input_uris}
+    write_counts(counts, output_uri, counts_file)
+    logging.info("%s counters: %s", namespace, counts)
+    return counts
+
+
 def write_counts(counts: dict, output_uri: str, file_name: str) -> None:
     with tf.io.gfile.GFile(os.path.join(output_uri, file_name), "w") as f:
         json.dump(counts, f, indent=2, sort_keys=True)

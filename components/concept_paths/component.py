@@ -124,14 +124,9 @@ def find_concept_paths(input_uris: Mapping[str, str], graph_uri: str,
         return (beam.BatchElements(min_batch_size=BATCH_SIZE, max_batch_size=BATCH_SIZE)
                 | beam.ParDo(_AddSchemaGraphs(graph_uri, embeddings_uri, settings)))
 
-    result = example_stages.transform_splits(input_uris, output_uri, PATHS_LABEL,
-                                             schema_graphs, make_pipeline)
-    counts = {split: example_stages.split_counters(result, NAMESPACE, COUNTERS, PATHS_LABEL,
-                                                   split)
-              for split in input_uris}
-    example_stages.write_counts(counts, output_uri, COUNTS_FILE)
-    logging.info("Concept paths: %s", counts)
-    return counts
+    return example_stages.run_counted_stage(input_uris, output_uri, PATHS_LABEL,
+                                            schema_graphs, NAMESPACE, COUNTERS, COUNTS_FILE,
+                                            make_pipeline)
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):

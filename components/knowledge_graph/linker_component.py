@@ -19,7 +19,6 @@ linked); they are also written to ``linking_counts.json`` in the output folder.
 from __future__ import annotations
 
 import json
-import logging
 from typing import Callable, Mapping, Sequence
 
 import apache_beam as beam
@@ -103,15 +102,10 @@ def link_examples(input_uris: Mapping[str, str], graph_uri: str, output_uri: str
                   make_pipeline: Callable[[], beam.Pipeline] | None = None) -> dict:
     """Links every split (split -> folder of GZIP TFRecords) into
     ``<output_uri>/Split-<split>/``; returns and writes the counters per split."""
-    result = example_stages.transform_splits(
+    return example_stages.run_counted_stage(
         input_uris, output_uri, LINK_LABEL,
-        lambda: beam.ParDo(_LinkExamples(graph_uri, text_features)), make_pipeline)
-    counts = {split: example_stages.split_counters(result, NAMESPACE, COUNTERS, LINK_LABEL,
-                                                   split)
-              for split in input_uris}
-    example_stages.write_counts(counts, output_uri, COUNTS_FILE)
-    logging.info("Entity linking: %s", counts)
-    return counts
+        lambda: beam.ParDo(_LinkExamples(graph_uri, text_features)), NAMESPACE, COUNTERS,
+        COUNTS_FILE, make_pipeline)
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
