@@ -290,7 +290,7 @@ def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False) -> common.Re
     work = tempfile.mkdtemp(prefix="vocabulary_bench_")
     rows, figures = [], {"scales": {}, "quality": {}, "fixed_cost": {}}
     try:
-        fixed = beam_fixed_cost(work, quick)
+        fixed, tiny_patterns = beam_fixed_cost(work, quick)
         figures["fixed_cost"] = fixed
         held_out = None
         for scale in scales:
@@ -309,7 +309,8 @@ def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False) -> common.Re
                          + (["in_memory"] if scale in in_memory_scales else []))
                 record[kind] = measure_kind(kind, lines, patterns, scale_dir, quick, modes,
                                             scale in keras_nlp_scales,
-                                            held_out if scale == scales[0] else None)
+                                            held_out if scale == scales[0] else None,
+                                            tiny_patterns if scale == scales[-1] else None)
                 if scale == scales[0]:
                     figures["quality"][kind] = record[kind].pop("quality")
                 for learner, seconds in record[kind]["seconds"].items():
@@ -327,17 +328,19 @@ def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False) -> common.Re
     return result
 
 
-def beam_fixed_cost(work: str, quick: bool) -> dict:
-    """Seconds of a Beam vocabulary run on a 10-line corpus, per runner mode (WordPiece)."""
+def beam_fixed_cost(work: str, quick: bool) -> tuple[dict, dict]:
+    """Seconds of a Beam vocabulary run on a 10-line corpus, per runner mode (WordPiece),
+    and that corpus's file patterns."""
     folder = os.path.join(work, "tiny")
     os.makedirs(folder)
     patterns, _ = ingest(training_lines(1, True)[:10], folder, "in_memory")
     modes = ["in_memory", "policy"] if quick else list(BEAM_MODES)
     return {mode: learn_beam("wordpiece", patterns, os.path.join(folder, mode), mode)
-            for mode in modes}
+            for mode in modes}, patterns
 
 
-def measure_kind(kind, lines, patterns, scale_dir, quick, modes, with_keras_nlp, held_out):
+def measure_kind(kind, lines, patterns, scale_dir, quick, modes, with_keras_nlp, held_out,
+                 tiny_patterns=None):
     """All learners of one kind at one scale: seconds, and quality when ``held_out``."""
     seconds, quality, notes = {}, {}, {}
     load = os.getloadavg()[0]
@@ -360,9 +363,15 @@ def measure_kind(kind, lines, patterns, scale_dir, quick, modes, with_keras_nlp,
     if policy_seconds:
         notes[f"{policy_label} same vocabulary as in-process"] = (
             read_vocabulary(policy_dir) == project_tokens)
+    start_up = None
     for mode in modes:
         beam_dir = os.path.join(scale_dir, f"{kind}_beam_{mode}")
+        if mode == "multi_processing" and tiny_patterns:  # its start-up, at the same load
+            start_up = learn_beam(kind, tiny_patterns, beam_dir + "_tiny", mode)
         seconds[f"Beam {mode}"] = learn_beam(kind, patterns, beam_dir, mode)
+        if mode == "multi_processing":  # and the Rust trainer right after it
+            seconds["tokenizers (Rust)"] = min(seconds["tokenizers (Rust)"],
+                                               learn_rust(kind, lines)[0])
         notes[f"Beam {mode} same vocabulary as in-process"] = (
             read_vocabulary(beam_dir) == project_tokens)
     if kind == "wordpiece" and with_keras_nlp:
@@ -371,7 +380,7 @@ def measure_kind(kind, lines, patterns, scale_dir, quick, modes, with_keras_nlp,
         seconds["tf-text counting: learning"], reference = reference_wordpiece(
             in_process["word_counts"])
         notes["tf-text counting same vocabulary"] = reference == project_tokens
-    record = {"seconds": seconds, "notes": notes,
+    record = {"seconds": seconds, "notes": notes, "multi_processing_start_up": start_up,
               "load": round((load + os.getloadavg()[0]) / 2, 2)}
     if held_out is not None:
         quality["project"] = tokens_per_word_project(in_process_dir, held_out)
@@ -397,7 +406,8 @@ def make_tables(rows, figures, scales) -> list:
               "row; 'tf-text counting: learning' is the learning part alone, with "
               "tensorflow-text's own counting (before this change), 1x only. keras-nlp "
               "at 1x only (~50x the Rust time); Beam multi_processing at the smallest and "
-              "largest scale, Beam in_memory up to 4x. "
+              "largest scale (at the largest after a 10-line run of its own, the profile's "
+              "start-up, and followed by one more Rust run), Beam in_memory up to 4x. "
               f"Beam fixed cost (10-line corpus, WordPiece): " + ", ".join(
                   f"{mode} {seconds:.1f} s" for mode, seconds in
                   figures["fixed_cost"].items()) + "."))
@@ -469,14 +479,14 @@ def multi_processing_profile(figures, kind, scale) -> str | None:
     (in-process time, halved for 2 workers), the learner, and what is left (shuffles,
     pickling, the runner's bookkeeping)."""
     at = figures["scales"][scale][kind]["seconds"]
-    fixed = figures["fixed_cost"].get("multi_processing")
+    fixed = figures["scales"][scale][kind].get("multi_processing_start_up")
     if "Beam multi_processing" not in at or fixed is None:
         return None
     total = at["Beam multi_processing"]
     counting, learning = at["in-process: counting"] / 2, at["in-process: learning"]
     rest = total - fixed - counting - learning
     return (f"{kind} {scale}x, Beam multi_processing {total:.1f} s = start-up {fixed:.1f} s "
-            f"(10-line run) + counting ~{counting:.1f} s (in-process / 2 workers) + learning "
+            f"(a 10-line run just before it) + counting ~{counting:.1f} s (in-process / 2 workers) + learning "
             f"{learning:.1f} s + the rest {rest:.1f} s (read, shuffles, pickling); "
             f"tokenizers takes {at['tokenizers (Rust)']:.1f} s.")
 
