@@ -485,6 +485,11 @@ def multi_processing_profile(figures, kind, scale) -> str | None:
     total = at["Beam multi_processing"]
     counting, learning = at["in-process: counting"] / 2, at["in-process: learning"]
     rest = total - fixed - counting - learning
+    if rest < 0:  # the two runs saw different loads (other jobs on the machine)
+        return (f"{kind} {scale}x, Beam multi_processing {total:.1f} s, its 10-line start-up "
+                f"run {fixed:.1f} s: the load changed between them, no split; counting "
+                f"~{counting:.1f} s (in-process / 2 workers), learning {learning:.1f} s; "
+                f"tokenizers takes {at['tokenizers (Rust)']:.1f} s.")
     return (f"{kind} {scale}x, Beam multi_processing {total:.1f} s = start-up {fixed:.1f} s "
             f"(a 10-line run just before it) + counting ~{counting:.1f} s (in-process / 2 workers) + learning "
             f"{learning:.1f} s + the rest {rest:.1f} s (read, shuffles, pickling); "
