@@ -6,10 +6,16 @@ on KG-linked text, ERNIE §3.5 / §4.4: WikiText-2 valid + SQuAD dev sentences w
 related FB15k-237 entities, the 10 most frequent relations, split by entity pair; built
 by components/knowledge_graph/relation_data.py into <output folder>/relations first). For
 ``relations`` both models read the same marked sequence ("*" around the head mention,
-"~" around the tail, §3.5's [HD] / [TL]) and classify it from [CLS].
+"~" around the tail, §3.5's [HD] / [TL]) and classify it from [CLS]. ``typing`` (entity
+typing, ERNIE §3.5 / §4.1: every linked FB15k-237 mention of the same sentences, labelled
+with its entity's types from the relations it heads, the 10 most common types,
+multi-label, split by entity; built by components/knowledge_graph/typing_data.py into
+<output folder>/typing): "*" around the mention ([ENT]), one sigmoid per type on [CLS];
+strict accuracy, loose macro-F1 and loose micro-F1 (Ling & Weld 2012).
 
 Usage (from the repository root, PYTHONPATH holding lmfactory):
-    nice python benchmarks/ernie_vs_bert_sst2.py ernie|bert [output folder] [sst2|relations]
+    nice python benchmarks/ernie_vs_bert_sst2.py ernie|bert [output folder] \
+        [sst2|relations|typing]
 Measured (2 shared CPU cores): SST-2 dev accuracy ERNIE 0.7557 (696 s, KG stages
 included), BERT 0.7649 (123 s). Relations: see docs/benchmarks/report.md."""
 import json, os, sys, time
@@ -34,7 +40,7 @@ if task == "sst2":
                "data.task.splits.eval=../shared/data/glue/SST-2/dev.tsv",
                "finetuning.steps=1000"]
     name = {"ernie": "ernie_fb15k237_sst2", "bert": "bert_tiny_sst2"}[which]
-else:
+elif task == "relations":
     from lmfactory.components.knowledge_graph import relation_data
 
     data = f"{root}/relations"
@@ -47,6 +53,22 @@ else:
                'finetuning.task_args={head_marker: "*", tail_marker: "~"}',
                "finetuning.steps=500", "finetuning.eval_steps=8", "evaluation.metric=macro_f1"]
     name = {"ernie": "ernie_fb15k237_relations", "bert": "bert_tiny_sst2"}[which]
+elif task == "typing":
+    from lmfactory.components.knowledge_graph import typing_data
+
+    data = f"{root}/typing"
+    if not os.path.exists(f"{data}/counts.json"):
+        typing_data.build(data)
+    print("DATA", json.dumps(json.load(open(f"{data}/counts.json"))["examples"]))
+    common += [f"data.task={{format: tsv, splits: {{train: {data}/train.tsv, "
+               f"eval: {data}/eval.tsv}}}}", "finetuning.task=entity_typing",
+               "finetuning.text_features=[text, mention]",
+               'finetuning.task_args={entity_marker: "*"}',
+               "finetuning.steps=500", "finetuning.eval_steps=8",
+               "evaluation.metric=loose_micro_f1"]
+    name = {"ernie": "ernie_fb15k237_typing", "bert": "bert_tiny_sst2"}[which]
+else:
+    sys.exit(f"task must be sst2, relations or typing, got {task!r}")
 recipe = load_recipe(name, common)
 start = time.time()
 summary = runners.run_local(recipe, f"{root}/runs_{which}_{task}")
