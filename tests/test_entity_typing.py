@@ -234,6 +234,11 @@ def test_run_fn_evaluator_and_raw_string_serving(built, tmp_path):
     expected = typing_metrics(truth, probabilities > 0.5)
     assert metrics["loose_micro_f1"] == pytest.approx(expected["loose_micro_f1"])
     assert metrics["strict_accuracy"] == pytest.approx(expected["strict_accuracy"])
+    assert metrics["types_outside_vocabulary"] == 0
+    fallback = probabilities > 0.5  # the most probable type always predicted too
+    fallback[np.arange(24), probabilities.argmax(axis=1)] = True
+    assert metrics["loose_macro_f1_at_least_one"] == pytest.approx(
+        typing_metrics(truth, fallback)["loose_macro_f1"])
     for row, labels in zip(probabilities, out["labels"].numpy()):
         chosen = [names[i] for i in np.argsort(-row, kind="stable") if row[i] > 0.5]
         assert labels.decode() == " ".join(chosen)

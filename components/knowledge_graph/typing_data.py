@@ -9,8 +9,9 @@ in it, and the entity's types. FB15k-237 has no type triples, so an entity's typ
 from the relations it heads (train triples): a Freebase relation path names its subject's
 type, ``/domain/type/property`` (``/people/person/nationality`` -> ``person``,
 ``/film/film/genre`` -> ``film``: the component before the property, `relation_type`;
-the domains /common, /base and /user hold no entity types and are left out). This is distant supervision,
-as FIGER's labels are (Ling & Weld 2012 label mentions with their entity's Freebase types):
+the domains /common, /base and /user hold no entity types and are left out). This is
+distant supervision, as FIGER's labels are (Ling & Weld 2012 label mentions with their
+entity's Freebase types):
 the label is what the graph says of the entity, not what the sentence says. The ``top_k``
 types held by the most linked entities are kept (multi-label: an example holds every kept
 type of its entity). Examples are split by entity (hashed), so no eval entity is in train,
