@@ -15,7 +15,9 @@ strict accuracy, loose macro-F1 and loose micro-F1 (Ling & Weld 2012).
 
 Usage (from the repository root, PYTHONPATH holding lmfactory):
     nice python benchmarks/ernie_vs_bert_sst2.py ernie|bert [output folder] \
-        [sst2|relations|typing]
+        [sst2|relations|typing] [recipe overrides...]
+(A second run in the same output folder with other fine-tuning overrides reuses the cached
+pretraining stages of the first.)
 Measured (2 shared CPU cores): SST-2 dev accuracy ERNIE 0.7557 (696 s, KG stages
 included), BERT 0.7649 (123 s). Relations: see docs/benchmarks/report.md."""
 import json, os, sys, time
@@ -69,6 +71,7 @@ elif task == "typing":
     name = {"ernie": "ernie_fb15k237_typing", "bert": "bert_tiny_sst2"}[which]
 else:
     sys.exit(f"task must be sst2, relations or typing, got {task!r}")
+common += sys.argv[4:]  # further overrides, the same for both models (e.g. a learning rate)
 recipe = load_recipe(name, common)
 start = time.time()
 summary = runners.run_local(recipe, f"{root}/runs_{which}_{task}")

@@ -195,48 +195,48 @@ def _base_model(path) -> str:
 
 def test_run_fn_evaluator_and_raw_string_serving(built, tmp_path):
     _, rows, root = built
-    train = _write_records(tmp_path / "Split-train", rows["train"][:48])
-    evaluation = _write_records(tmp_path / "Split-eval", rows["eval"][:24])
+    train = _write_records(tmp_path / "Split-train", rows["train"][:32])
+    evaluation = _write_records(tmp_path / "Split-eval", rows["eval"][:16])
     recipe = load_recipe("bert_tiny_sst2", [  # BERT's recipe switched to the typing task
         f"data.task={{format: tsv, splits: {{train: {root}/out/train.tsv, "
         f"eval: {root}/out/eval.tsv}}}}", "finetuning.task=entity_typing",
         "finetuning.text_features=[text, mention]", 'finetuning.task_args={entity_marker: "*"}',
-        "evaluation.metric=loose_micro_f1", "finetuning.steps=6", "finetuning.batch_size=8",
-        "finetuning.eval_steps=1", "finetuning.sequence_length=24",
-        "finetuning.learning_rate=0.01", "runtime.steps_per_checkpoint=6"])
+        "evaluation.metric=loose_micro_f1", "finetuning.steps=2", "finetuning.batch_size=8",
+        "finetuning.eval_steps=1", "finetuning.sequence_length=20",
+        "finetuning.learning_rate=0.01", "runtime.steps_per_checkpoint=2"])
     settings = recipe["finetuning"]
     model_uri, run_dir = tmp_path / "FineTuner" / "1", tmp_path / "run"
     run_fn_lib.run_fn(pytypes.SimpleNamespace(
         custom_config=_trainer_config(recipe, settings, task_record(recipe)),
         train_files=[train], eval_files=[evaluation], base_model=_base_model(tmp_path / "base"),
-        train_steps=6, eval_steps=1, model_run_dir=str(run_dir),
+        train_steps=2, eval_steps=1, model_run_dir=str(run_dir),
         serving_model_dir=str(model_uri / "Format-Serving")))
     assert json.loads((run_dir / "metrics.json").read_text())["loss"] > 0
     task = read_model_config(str(model_uri))["task"]
     names = task["label_vocabulary"]
     assert task["kind"] == "entity_typing" and task["num_classes"] == len(names) >= 2
-    frequency = collections.Counter(t for r in rows["train"][:48] for t in r[2].split())
+    frequency = collections.Counter(t for r in rows["train"][:32] for t in r[2].split())
     assert names[:len(frequency)] == sorted(frequency, key=lambda t: (-frequency[t], t))
 
     outcome = evaluator.evaluate_and_bless(str(model_uri), evaluation,
                                            {"metric": "loose_micro_f1", "threshold": None})
     metrics = outcome["metrics"]
-    assert outcome["blessed"] and metrics["examples"] == 24
+    assert outcome["blessed"] and metrics["examples"] == 16
     assert {"strict_accuracy", "loose_macro_f1", "loose_micro_f1"} <= set(metrics)
     # the pushed model on the raw strings gives the Evaluator's figures
     serve = tf.saved_model.load(str(model_uri / "Format-Serving")).signatures["serving_default"]
-    eval_rows = rows["eval"][:24]
+    eval_rows = rows["eval"][:16]
     out = serve(text=tf.constant([r[0] for r in eval_rows]),
                 mention=tf.constant([r[1] for r in eval_rows]))
     probabilities = out["probabilities"].numpy()
-    assert probabilities.shape == (24, len(names)) and set(out) == {"probabilities", "labels"}
+    assert probabilities.shape == (16, len(names)) and set(out) == {"probabilities", "labels"}
     truth = np.array([[name in r[2].split() for name in names] for r in eval_rows])
     expected = typing_metrics(truth, probabilities > 0.5)
     assert metrics["loose_micro_f1"] == pytest.approx(expected["loose_micro_f1"])
     assert metrics["strict_accuracy"] == pytest.approx(expected["strict_accuracy"])
     assert metrics["types_outside_vocabulary"] == 0
     fallback = probabilities > 0.5  # the most probable type always predicted too
-    fallback[np.arange(24), probabilities.argmax(axis=1)] = True
+    fallback[np.arange(16), probabilities.argmax(axis=1)] = True
     assert metrics["loose_macro_f1_at_least_one"] == pytest.approx(
         typing_metrics(truth, fallback)["loose_macro_f1"])
     for row, labels in zip(probabilities, out["labels"].numpy()):
