@@ -174,6 +174,17 @@ def shard_examples(documents: Sequence, vocab: BertVocabulary, config: dict,
     """
     seed_scope = tuple(seed_scope)
     stats = _empty_stats(config)
+    stream, bounds, is_random_next = shard_pairs(documents, config, seed_scope, stats)
+    labels = np.where(is_random_next, NOT_NEXT, IS_NEXT)
+    serialized = pair_records(stream, bounds, labels, NSP_FEATURE, vocab, config, seed_scope,
+                              stats)
+    return serialized, stats
+
+
+def shard_pairs(documents: Sequence, config: dict, seed_scope: tuple, stats: dict) -> tuple:
+    """``(stream, bounds [N, 4], is_random_next [N])``: the shard's instances over all dupe
+    rounds as ``a_start, a_end, b_start, b_end`` in its token stream (``token_stream``);
+    sets ``instances``, ``random_next`` and ``tokens`` in ``stats``."""
     starts = [segment_starts(document) for document in documents]
     spans = []
     for dupe_round in range(int(config["dupe_factor"])):
@@ -190,10 +201,7 @@ def shard_examples(documents: Sequence, vocab: BertVocabulary, config: dict,
     stats["instances"] = len(table)
     stats["random_next"] = int(is_random_next.sum())
     stats["tokens"] = int((bounds[:, 1] - bounds[:, 0] + bounds[:, 3] - bounds[:, 2]).sum())
-    labels = np.where(is_random_next, NOT_NEXT, IS_NEXT)
-    serialized = pair_records(stream, bounds, labels, NSP_FEATURE, vocab, config, seed_scope,
-                              stats)
-    return serialized, stats
+    return stream, bounds, is_random_next
 
 
 def _empty_stats(config: dict) -> dict:
