@@ -98,7 +98,8 @@ def test_a_worker_tokenizes_and_writes_a_bert_shard_without_tensorflow(folder, t
     tokenize = beam_steps.TokenizeDocuments(vocab_dir, beam_steps.SENTENCES,
                                             executor._plain_tokenizer(vocab_dir))
     write = beam_steps.WriteShard(executor.objectives.get("bert_mlm_nsp").shard_examples,
-                                  state, config, "train", str(tmp_path))
+                                  state, config, "train", str(tmp_path),
+                                  str(tmp_path / "stats"))
     code = f"step_input = {records!r}\n" + _WORKER
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     result = subprocess.run(
@@ -116,6 +117,7 @@ def test_a_worker_tokenizes_and_writes_a_bert_shard_without_tensorflow(folder, t
                                                             (config["random_seed"], "train", 0))
     expected_stats.update(dropped_empty_documents=1, documents=len(kept), shards=1)
     assert stats == str(sorted(expected_stats.items()))
+    assert executor._read_counts(str(tmp_path / "stats")) == expected_stats
     written = list(tf.data.TFRecordDataset(
         str(tmp_path / beam_steps.shard_file_name(0, 1)), compression_type="GZIP"))
     assert [record.numpy() for record in written] == expected and len(expected) > 50

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import array
 import hashlib
+import json
 import math
 import struct
 import uuid
@@ -215,18 +216,20 @@ class TokenizeDocuments(beam.DoFn):
 
 
 class WriteShard(beam.DoFn):
-    """Builds one shard's records in canonical order, writes its file, emits its counts.
+    """Builds one shard's records in canonical order, writes its file and its counts
+    (``stats_dir/shard-<shard>.json``, summed by the launching process), emits the counts.
 
     ``shard_examples`` and ``vocabulary_state`` are the objective's (``registry.Objective``;
     the state built in the launching process)."""
 
     def __init__(self, shard_examples, vocabulary_state, config: dict, split: str,
-                 output_dir: str):
+                 output_dir: str, stats_dir: str):
         self._shard_examples = shard_examples
         self._vocabulary_state = vocabulary_state
         self._config = config
         self._split = split
         self._output_dir = output_dir
+        self._stats_dir = stats_dir
 
     def process(self, shard_and_documents, num_shards):
         shard, keyed_documents = shard_and_documents
@@ -240,6 +243,8 @@ class WriteShard(beam.DoFn):
         stats.update(dropped, documents=len(documents), shards=int(bool(documents)))
         if records:
             write_records(join(self._output_dir, shard_file_name(shard, num_shards)), records)
+        _write_bytes(join(self._stats_dir, f"shard-{shard:05d}.json"),
+                     json.dumps(stats, sort_keys=True).encode("utf-8"))
         yield stats
 
 
@@ -289,13 +294,18 @@ def frame_records(records) -> bytes:
 def write_records(path: str, records: list) -> None:
     """GZIP TFRecord file of ``records``, written under a temporary name and then renamed
     (a retried bundle rewrites the same file)."""
+    compressor = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS, _GZIP_MEM_LEVEL)
+    _write_bytes(path, compressor.compress(frame_records(records)) + compressor.flush())
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    """``data`` to ``path``, through a temporary name (readers never see a partial file)."""
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
-    compressor = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS, _GZIP_MEM_LEVEL)
     temporary = f"{path}.tmp-{uuid.uuid4().hex}"
     with FileSystems.create(temporary, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(compressor.compress(frame_records(records)) + compressor.flush())
+        f.write(data)
     if FileSystems.exists(path):
         FileSystems.delete([path])
     FileSystems.rename([temporary], [path])

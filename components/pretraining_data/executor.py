@@ -63,7 +63,7 @@ from lmfactory.components.pretraining_data.beam_steps import (  # noqa: E402,F40
 
 
 def _add_split(pipeline, split: str, input_dir: str, output_dir: str, vocab_dir: str,
-               config: dict, stats_path: str, vocabulary_state, plain_tokenizer) -> None:
+               config: dict, stats_dir: str, vocabulary_state, plain_tokenizer) -> None:
     """Adds the transforms of one split to ``pipeline`` (see the module docstring); every
     step's function is beam_steps.py's, or Beam's own."""
     objective = objectives.get(config["objective"])
@@ -90,10 +90,7 @@ def _add_split(pipeline, split: str, input_dir: str, output_dir: str, vocab_dir:
      | f"GroupShards[{split}]" >> beam.GroupByKey()
      | f"WriteShards[{split}]" >> beam.ParDo(
          beam_steps.WriteShard(objective.shard_examples, vocabulary_state, config, split,
-                               output_dir), beam.pvalue.AsSingleton(num_shards))
-     | f"SumCounts[{split}]" >> beam.CombineGlobally(beam_steps.sum_counts)
-     | f"CountsToJson[{split}]" >> beam.Map(json.dumps, sort_keys=True)
-     | f"WriteCounts[{split}]" >> beam.io.WriteToText(stats_path, shard_name_template=""))
+                               output_dir, stats_dir), beam.pvalue.AsSingleton(num_shards)))
 
 
 def _default_pipeline_factory(beam_pipeline_args) -> Callable:
@@ -122,9 +119,10 @@ def generate_pretraining_examples(input_uri_by_split: dict, vocab_dir: str, outp
         for split, input_dir in sorted(input_uri_by_split.items()):
             output_dir = os.path.join(output_uri, f"Split-{split}")
             tf.io.gfile.makedirs(output_dir)
+            tf.io.gfile.makedirs(os.path.join(stats_dir, split))
             _add_split(pipeline, split, input_dir, output_dir, vocab_dir, config,
-                       os.path.join(stats_dir, f"{split}.json"), state, plain_tokenizer)
-    counts = {split: _read_counts(os.path.join(stats_dir, f"{split}.json"))
+                       os.path.join(stats_dir, split), state, plain_tokenizer)
+    counts = {split: _read_counts(os.path.join(stats_dir, split))
               for split in sorted(input_uri_by_split)}
     tf.io.gfile.rmtree(stats_dir)
     copy_vocabulary(vocab_dir, os.path.join(output_uri, VOCABULARY_DIR))
@@ -174,12 +172,15 @@ def copy_vocabulary(vocab_dir: str, destination: str) -> None:
             tf.io.gfile.copy(source, os.path.join(destination, name), overwrite=True)
 
 
-def _read_counts(path: str) -> dict:
-    if not tf.io.gfile.exists(path):
-        return {}
-    with tf.io.gfile.GFile(path, "r") as f:
-        text = f.read().strip()
-    return json.loads(text) if text else {}
+def _read_counts(folder: str) -> dict:
+    """The sum of the per-shard counts ``beam_steps.WriteShard`` wrote under ``folder``
+    (one JSON file per shard that got any document; summed here rather than by Beam steps,
+    which cost a combine and a text sink per split)."""
+    counts = []
+    for path in sorted(tf.io.gfile.glob(os.path.join(folder, "*.json"))):
+        with tf.io.gfile.GFile(path, "r") as f:
+            counts.append(json.load(f))
+    return beam_steps.sum_counts(counts)
 
 
 def _write_json(path: str, value: dict) -> None:

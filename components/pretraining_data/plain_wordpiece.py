@@ -33,7 +33,6 @@ versions, so characters assigned between the two versions can differ.
 from __future__ import annotations
 
 import re
-import sys
 import unicodedata
 from typing import Sequence
 
@@ -42,7 +41,7 @@ MAX_BYTES_PER_WORD = 100
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
                (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
 _ASCII_PUNCTUATION = "".join(chr(c) for c in range(33, 127) if not chr(c).isalnum())
-_SPLITTER = None
+_SPLITTER = None  # built on first use (non-ASCII text)
 
 
 def _ranges_class(code_points) -> str:
@@ -61,13 +60,19 @@ def _ranges_class(code_points) -> str:
                    for a, b in parts)
 
 
+# Unicode has punctuation (P*) in planes 0 and 1 only; CJK ideographs are listed above.
+_PUNCTUATION_SCAN_END = 0x20000
+_ASCII_BODY = _ranges_class(sorted(map(ord, _ASCII_PUNCTUATION)))
+_ASCII_SPLITTER = re.compile(f"[{_ASCII_BODY}]|[^{_ASCII_BODY}\\s]+")
+
+
 def _splitter():
-    """The word regex: a punctuation or CJK character alone, or a run of anything else
-    but spaces (built once per process: one scan of the code points)."""
+    """The word regex of non-ASCII text: a punctuation or CJK character alone, or a run of
+    anything else but spaces (built on first use: one scan of planes 0 and 1)."""
     global _SPLITTER
     if _SPLITTER is None:
         singles = set(map(ord, _ASCII_PUNCTUATION))
-        singles.update(point for point in range(128, sys.maxunicode + 1)
+        singles.update(point for point in range(128, _PUNCTUATION_SCAN_END)
                        if unicodedata.category(chr(point)).startswith("P"))
         for low, high in _CJK_RANGES:
             singles.update(range(low, high + 1))
@@ -76,37 +81,35 @@ def _splitter():
     return _SPLITTER
 
 
-_DROPPED = None
+class _Normalization(dict):
+    """``str.translate`` table of ``bert_normalize``'s first two steps, filled per character
+    on first sight: "other" (C*) characters but \\t \\n \\r, and U+FFFD, are dropped first
+    (as its first regex does); then whitespace and ``Zs`` become a space."""
+
+    def __missing__(self, point: int):
+        character = chr(point)
+        category = unicodedata.category(character)
+        if (category.startswith("C") and character not in "\t\n\r") or point == 0xFFFD:
+            value = None
+        elif character.isspace() or category == "Zs":
+            value = 0x20
+        else:
+            value = point
+        self[point] = value
+        return value
 
 
-def _dropped_characters():
-    """Characters ``bert_normalize`` drops (C* but \\t \\n \\r, and U+FFFD) and those it turns
-    into a space (Python whitespace, ``Zs``), as a ``str.translate`` table."""
-    global _DROPPED
-    if _DROPPED is None:
-        table = {}
-        for point in range(sys.maxunicode + 1):
-            character = chr(point)
-            category = unicodedata.category(character)
-            if (category.startswith("C") and character not in "\t\n\r") or point == 0xFFFD:
-                table[point] = None  # dropped first, as bert_normalize's first regex does
-            elif character.isspace() or category == "Zs":
-                if character != " ":
-                    table[point] = " "
-        _DROPPED = table
-    return _DROPPED
-
-
+_NORMALIZATION = _Normalization()
 _ASCII_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # Cc but \t \n \r
 _ASCII_SPACES = re.compile(r"[\t\n\r]")
 
 
 def bert_normalize(text: str, lowercase: bool = True, strip_accents: bool = True) -> str:
     """BERT's character normalisation (step 1 of the module docstring)."""
-    if text.isascii():  # the common case, without the full-Unicode table
+    if text.isascii():  # the common case
         text = _ASCII_CONTROLS.sub("", _ASCII_SPACES.sub(" ", text))
         return text.lower() if lowercase else text
-    text = text.translate(_dropped_characters())
+    text = text.translate(_NORMALIZATION)
     if strip_accents:
         text = "".join(c for c in unicodedata.normalize("NFD", text)
                        if unicodedata.category(c) != "Mn")
@@ -163,8 +166,9 @@ class PlainWordPiece:
         """The ids of one text."""
         cache = self._cache
         ids = []
-        for word in _splitter().findall(bert_normalize(text, self.lowercase,
-                                                       self.strip_accents)):
+        text = bert_normalize(text, self.lowercase, self.strip_accents)
+        splitter = _ASCII_SPLITTER if text.isascii() else _splitter()
+        for word in splitter.findall(text):
             found = cache.get(word)
             if found is None:
                 found = cache[word] = self._word_ids(word)
