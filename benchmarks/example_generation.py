@@ -466,8 +466,10 @@ def _findings(rows, compare_rows, startup) -> list:
         "(beam_steps.py: WordPiece in plain Python with the keras-nlp ids, plain_wordpiece.py; "
         "the vocabulary state and tokenizer shipped inside the pickled steps; TFRecords framed "
         "and gzipped with zlib) and the split's counts are per-shard files summed by the "
-        "launching process (no combine and text sink stages): Beam start-up 9.4 s -> "
-        + ("/".join(f"{r[6]:.1f}" for r in rows) + " s" if startup else "n/a (--quick)")
+        "launching process (no combine and text sink stages); Beam start-up now "
+        + (f"{startup['seconds']:.1f} s wall and {startup['cpu_seconds']:.1f} s CPU (first "
+           f"start-up run; 9.4 s wall in the last report, at a lower load)" if startup
+           else "not measured (--quick)")
         + "; SOP, FULL-SENTENCES and ERNIE dEA records take the same vectorised path.")
     ours_marginal, peer_marginal = marginal_rate(rows, 3, 5), marginal_rate(rows, 4, 7)
     if ours_marginal and peer_marginal:
