@@ -20,11 +20,46 @@ real predictions. Outside a strategy (or with one replica) every helper is the p
 * `with_regularization`: adds the losses that layers register (`model.losses`,
   e.g. kernel regularisers a caller adds), averaged over replicas the way Keras's own
   `compute_loss` does.
+* `SparseCategoricalAccuracy`: keras' metric of that name with a plain TensorFlow argmax
+  (the masked-LM accuracy over vocabulary logits).
 """
 
 import keras
 import tensorflow as tf
 from keras import ops
+
+
+def argmax_accuracy(y_true, y_pred):
+    """1.0 where the integer label ``y_true`` ([...] or [..., 1]) is the argmax of the
+    logits or probabilities ``y_pred`` [..., classes] (first maximum on ties), else 0.0."""
+    y_true = tf.convert_to_tensor(y_true)
+    if y_true.shape.rank == y_pred.shape.rank and y_true.shape[-1] == 1:
+        y_true = tf.squeeze(y_true, -1)
+    predicted = tf.math.argmax(y_pred, axis=-1, output_type=tf.int32)
+    return tf.cast(tf.equal(tf.cast(y_true, tf.int32), predicted), "float32")
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class SparseCategoricalAccuracy(keras.metrics.MeanMetricWrapper):
+    """keras' `SparseCategoricalAccuracy` (the weighted mean of label == argmax, same name,
+    state, results and config) computing the argmax with TensorFlow's `ArgMax` kernel.
+
+    Why: `keras.ops.argmax` on the TensorFlow backend first rewrites every -0.0 among
+    float inputs as the smallest negative normal (a flush-to-zero fix for JAX's ordering of
+    signed zeros), six extra element-wise passes (Bitcast, BitwiseAnd, Less, Equal,
+    LogicalAnd, SelectV2) over the whole [B, P, V] logits tensor. On BERT's masked-LM logits
+    (32 x 20 predictions x 30522 words) those passes cost more than the argmax itself and
+    several percent of a training step (profile in benchmarks/pretraining.py's findings);
+    they change the result only when a maximum is a signed zero. keras and keras-nlp have
+    no metric without them."""
+
+    def __init__(self, name="sparse_categorical_accuracy", dtype=None):
+        super().__init__(fn=argmax_accuracy, name=name, dtype=dtype)
+        # Maximised in model checkpointing and early stopping, as keras' metric is.
+        self._direction = "up"
+
+    def get_config(self):
+        return {"name": self.name, "dtype": self.dtype}
 
 
 def sum_over_replicas(value):
@@ -131,6 +166,6 @@ def with_regularization(model, loss):
     return loss
 
 
-__all__ = ["batch_mean", "masked_lm_loss", "masked_lm_objective", "masked_lm_weights",
+__all__ = ["SparseCategoricalAccuracy", "argmax_accuracy", "batch_mean", "masked_lm_loss", "masked_lm_objective", "masked_lm_weights",
            "next_token_loss", "sentence_loss", "sentence_objective", "sum_over_replicas", "track_loss",
            "weighted_mean", "with_regularization"]
