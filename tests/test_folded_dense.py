@@ -1,6 +1,7 @@
-"""`FoldedDense` / the project's `TransformerEncoder` (models/folded_dense.py): the same
-outputs and gradients as keras' `Dense` / keras-nlp's block on 3-D inputs, and the same
-weight files."""
+"""`FoldedDense` / `FoldedEinsumDense` and the project's `TransformerEncoder` /
+`TransformerDecoder` (models/folded_dense.py): the same outputs and gradients as keras'
+`Dense` / `EinsumDense` and keras-nlp's blocks on 3-D inputs, the same weight files, and
+the decoder's cached call unchanged."""
 
 import keras
 import keras_nlp
