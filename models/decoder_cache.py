@@ -36,8 +36,10 @@ Blocks are run three ways (`cached_block_call`):
   Transformer, the Transformer's decoder): the block's sub-layers (LayerNorms, projections,
   cross-attention, feed-forward), in its order, around the attention on the buffers
   (`transformer_decoder_step`);
+* a block with a ``call_with_buffers`` hook (T5's): the block itself attends over its
+  buffers (`write_positions`, `buffer_logits`, `buffer_mix`);
 * a block with a ``call_with_filled_cache(x, cache, index, **kwargs)`` hook (GPT-3's sparse
-  blocks, T5's): given the filled prefix in keras-nlp's layout, [batch, 2, index + n,
+  blocks): given the filled prefix in keras-nlp's layout, [batch, 2, index + n,
   heads, head_dim] (`filled_cache`, a copy);
 * any other keras-nlp-like decoder block (the quaternion Transformer's, whose attention
   scores differ): called as keras-nlp's `TransformerDecoder` on that filled prefix.
@@ -123,7 +125,7 @@ def self_attention_keys_values(block, x):
     projections of ``x`` (after the block's first LayerNorm in a pre-LN block). Works for
     keras-nlp's `TransformerDecoder` and blocks with the same sub-layers
     (``_self_attention_layer_norm``, ``_self_attention_layer``, ``normalize_first``); a
-    block with a ``self_attention_keys_values(x)`` method (T5's) computes them itself."""
+    block with a ``self_attention_keys_values(x)`` method computes them itself."""
     if hasattr(block, "self_attention_keys_values"):
         return block.self_attention_keys_values(x)
     if block.normalize_first:
@@ -149,13 +151,25 @@ def attend_over_buffers(attention, x, keys, values, index, mask):
     scale = attention._inverse_sqrt_key_dim
     if attention._dropout > 0.0:  # inference: the dropout itself is the identity
         query = query * ops.cast(scale, query.dtype)
-        weights = attention._softmax(tf.matmul(query, keys, transpose_b=True), mask=mask)
+        weights = attention._softmax(buffer_logits(query, keys), mask=mask)
     else:
-        logits = ops.cast(tf.matmul(query, keys, transpose_b=True), "float32") * scale
+        logits = ops.cast(buffer_logits(query, keys), "float32") * scale
         logits = ops.where(mask, logits, _MASKED_LOGIT)
         weights = ops.cast(ops.softmax(logits, axis=-1), values.dtype)
-    attended = heads_first(tf.matmul(weights, values))  # [batch, n, heads, head_dim]
-    return attention._output_dense(attended), keys, values
+    return attention._output_dense(buffer_mix(weights, values)), keys, values
+
+
+def buffer_logits(query, keys):
+    """q k^T of queries [batch, heads, n, head_dim] against a keys buffer [batch, heads,
+    max_length, head_dim]: [batch, heads, n, max_length], one batched matmul that reads the
+    buffer as it lies (no transposed copy)."""
+    return tf.matmul(query, keys, transpose_b=True)
+
+
+def buffer_mix(weights, values):
+    """The attention weights [batch, heads, n, max_length] applied to a values buffer
+    [batch, heads, max_length, head_dim]: [batch, n, heads, head_dim]."""
+    return heads_first(tf.matmul(weights, values))
 
 
 def _stock_transformer_decoder(block):
@@ -215,10 +229,12 @@ def cached_block_call(block, x, layer_state, index, mask=None, **block_kwargs):
     keras-nlp's `TransformerDecoder` (stock attention) runs as `transformer_decoder_step`:
     the new keys/values written in place, attention over the whole buffer with ``mask``
     (default `buffer_attention_mask`; `call_blocks_with_state` makes it once for all
-    blocks). A block with a ``call_with_filled_cache(x, cache, index, **kwargs)`` hook (the
-    project's own blocks) and any other keras-nlp-like block get the filled prefix in
-    keras-nlp's layout (`filled_cache`) after the keys/values of the new positions
-    (`self_attention_keys_values`) are written; the latter is called as keras-nlp's
+    blocks). A block with a ``call_with_buffers(x, keys, values, index, **kwargs) -> (x,
+    keys, values)`` hook (T5's) does the same itself (``mask`` is not passed: the block
+    gets its own in ``kwargs``). A block with a ``call_with_filled_cache(x, cache, index,
+    **kwargs)`` hook (GPT-3's sparse blocks) and any other keras-nlp-like block get the
+    filled prefix in keras-nlp's layout (`filled_cache`) after the keys/values of the new
+    positions (`self_attention_keys_values`) are written; the latter is called as keras-nlp's
     `TransformerDecoder` (``self_attention_cache``, ``decoder_attention_mask``,
     ``use_causal_mask=False``). Same keys, values and outputs every way.
 
@@ -244,6 +260,9 @@ def cached_block_call(block, x, layer_state, index, mask=None, **block_kwargs):
             mask = buffer_attention_mask(n, index, ops.shape(keys)[2])
         x, keys, values = transformer_decoder_step(block, x, keys, values, index, mask,
                                                    **block_kwargs)
+        return x, (keys, values)
+    if hasattr(block, "call_with_buffers"):
+        x, keys, values = block.call_with_buffers(x, keys, values, index, **block_kwargs)
         return x, (keys, values)
     columns = self_attention_keys_values(block, x)  # [batch, 2, n, heads, head_dim]
     keys = write_positions(keys, heads_first(columns[:, 0]), index)
@@ -344,6 +363,7 @@ class KeyValueCacheDecoding:
 
 
 __all__ = ["KeyValueCacheDecoding", "attend_over_buffers", "buffer_attention_mask",
+           "buffer_logits", "buffer_mix",
            "cached_block_call", "call_blocks_with_state", "causal_cache_mask", "filled_cache",
            "heads_first", "initial_state", "self_attention_keys_values",
            "transformer_decoder_step", "write_positions"]
