@@ -66,6 +66,7 @@ class T5TransformerLayer(keras.layers.Layer):
         the keys/values of these positions there and attends over every buffered position
         (`T5Attention.attend_over_buffers`); ``kwargs`` as `call` (the bias and mask over
         the max_length positions). Returns (x, keys, values)."""
+        index = keras.ops.convert_to_tensor(index, "int32")  # a tensor, as the buffers
         x, (keys, values) = self(x, self_attention_buffers=(keys, values, index), **kwargs)
         return x, keys, values
 
