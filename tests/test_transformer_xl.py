@@ -181,12 +181,49 @@ def test_ordered_streams_reader_and_carried_memory(tmp_path):
     _, memory = model.call_with_memory(x0)
     log_probs, _ = model.call_with_memory(x1, memory)
     expected = -np.take_along_axis(np.asarray(log_probs), np.asarray(y1)[..., None], -1)
-    nll0 = -np.take_along_axis(np.asarray(model(x0)), np.asarray(y0)[..., None], -1)
+    no_memory = model({name: x0[name] for name in ("token_ids", "padding_mask")})
+    nll0 = -np.take_along_axis(np.asarray(no_memory), np.asarray(y0)[..., None], -1)
     np.testing.assert_allclose(carried, (expected.mean() + nll0.mean()) / 2, rtol=1e-5)
     filled = model.memories["eval"][1]
     assert int(filled) == 8
     model.test_step(batches[3])  # stream_position 0: memory emptied, then 5 positions
     assert int(filled) == 5
+
+
+def test_held_out_perplexity_is_scored_with_the_memory(tmp_path):
+    """The LM task kind's evaluation reads the ordered streams in order, each segment after
+    the memory of the previous ones (§4: evaluation with the memory)."""
+    import json
+    import os
+
+    from lmfactory.components.pretraining_data.ordered_streams import stream_segments
+    from lmfactory.components.tasks.language_model import evaluate_language_model
+    from lmfactory.components.trainer.model_artifact import KERAS_DIR, TASK_MODEL
+
+    segments, _ = stream_segments(list(RNG.integers(1, 40, 33)), 5)  # 2 streams x 3
+    split = tmp_path / "examples" / "Split-eval"
+    split.mkdir(parents=True)
+    _write_stream_records(str(split / "data.gz"), segments)
+    (tmp_path / "examples" / "pretraining_config.json").write_text(
+        json.dumps({"objective": "causal_lm_streams", "max_seq_length": 5}))
+    model = TransformerXLCausalLM(tiny(vocabulary_size=40, cutoffs=[10], mem_len=8),
+                                  stream_batch_size=2)
+    os.makedirs(tmp_path / "model" / KERAS_DIR)
+    model.save(str(tmp_path / "model" / KERAS_DIR / TASK_MODEL))
+    result = evaluate_language_model(str(tmp_path / "model"), str(split / "*.gz"))
+
+    config = features.resolve_config({"objective": "causal_lm_streams", "max_seq_length": 5})
+    batches = list(features.make_dataset(str(split / "*.gz"), config, batch_size=2,
+                                         shuffle=False, repeat=False))
+    assert len(batches) == 3 and result["tokens"] == 30
+    memory, with_memory, without_memory = None, [], []
+    for x, y, _ in batches:
+        log_probs, memory = model.call_with_memory(x, memory)
+        with_memory.append(-np.take_along_axis(np.asarray(log_probs), np.asarray(y)[..., None], -1))
+        alone, _ = model.call_with_memory(x)
+        without_memory.append(-np.take_along_axis(np.asarray(alone), np.asarray(y)[..., None], -1))
+    np.testing.assert_allclose(result["perplexity"], np.exp(np.mean(with_memory)), rtol=1e-5)
+    assert not np.isclose(np.mean(with_memory), np.mean(without_memory), rtol=1e-4)
 
 
 def test_wikitext103_base_parameter_count():

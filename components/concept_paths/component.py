@@ -27,15 +27,13 @@ from typing import Callable, Mapping
 
 import apache_beam as beam
 import tensorflow as tf
-from apache_beam.metrics.metric import Metrics, MetricsFilter
+from apache_beam.metrics.metric import Metrics
 from tfx import types
-from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_component, base_beam_executor, executor_spec
-from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
-from lmfactory.components import beam_options
+from lmfactory.components import beam_options, example_stages
 from lmfactory.components.artifacts import KGEmbeddings, KnowledgeGraph
 from lmfactory.components.concept_paths.grounding import (
     COUNTERS, SchemaGraphBuilder, add_graph_features, concept_graph_of, split_settings,
@@ -49,7 +47,7 @@ SETTINGS_KEY = "settings"
 COUNTS_FILE = "concept_paths_counts.json"
 CONCEPT_GRAPH_DIR = "concept_graph"
 NAMESPACE = "lmfactory.concept_paths"
-DATA_FILE_PREFIX = "data_tfrecord"
+PATHS_LABEL = "Paths"
 BATCH_SIZE = 64
 
 
@@ -119,57 +117,31 @@ def find_concept_paths(input_uris: Mapping[str, str], graph_uri: str,
                        make_pipeline: Callable[[], beam.Pipeline] | None = None) -> dict:
     """Adds the schema graphs to every split (split -> folder of GZIP TFRecords) into
     ``<output_uri>/Split-<split>/``; returns and writes the counters per split."""
-    make_pipeline = make_pipeline or beam.Pipeline
     _, concept_graph = load_concept_graph(graph_uri, embeddings_uri, settings)
     concept_graph.save(os.path.join(output_uri, CONCEPT_GRAPH_DIR))
-    with make_pipeline() as pipeline:
-        for split, uri in input_uris.items():
-            _ = (pipeline
-                 | f"Read[{split}]" >> beam.io.ReadFromTFRecord(
-                     os.path.join(uri, "*"),
-                     compression_type=beam.io.filesystem.CompressionTypes.GZIP)
-                 | f"Batch[{split}]" >> beam.BatchElements(min_batch_size=BATCH_SIZE,
-                                                           max_batch_size=BATCH_SIZE)
-                 | f"Paths[{split}]" >> beam.ParDo(
-                     _AddSchemaGraphs(graph_uri, embeddings_uri, settings))
-                 | f"Write[{split}]" >> beam.io.WriteToTFRecord(
-                     os.path.join(output_uri, f"Split-{split}", DATA_FILE_PREFIX),
-                     file_name_suffix=".gz"))
-    result = pipeline.result
-    counts = {split: _split_counters(result, split) for split in input_uris}
-    with tf.io.gfile.GFile(os.path.join(output_uri, COUNTS_FILE), "w") as f:
-        json.dump(counts, f, indent=2, sort_keys=True)
-    logging.info("Concept paths: %s", counts)
-    return counts
 
+    def schema_graphs():
+        return (beam.BatchElements(min_batch_size=BATCH_SIZE, max_batch_size=BATCH_SIZE)
+                | beam.ParDo(_AddSchemaGraphs(graph_uri, embeddings_uri, settings)))
 
-def _split_counters(result, split: str) -> dict:
-    values = dict.fromkeys(COUNTERS, 0)
-    query = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE)
-                                   .with_step(f"Paths[{split}]"))
-    for counter in query["counters"]:
-        values[counter.key.metric.name] += counter.committed or counter.attempted or 0
-    return values
+    return example_stages.run_counted_stage(input_uris, output_uri, PATHS_LABEL,
+                                            schema_graphs, NAMESPACE, COUNTERS, COUNTS_FILE,
+                                            make_pipeline)
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
     def Do(self, input_dict, output_dict, exec_properties):
         self._log_startup(input_dict, output_dict, exec_properties)
-        examples = artifact_utils.get_single_instance(input_dict[INPUT_EXAMPLES_KEY])
+        splits, input_uris = example_stages.input_split_uris(input_dict, INPUT_EXAMPLES_KEY)
         graph_uri = artifact_utils.get_single_uri(input_dict[KNOWLEDGE_GRAPH_KEY])
         embeddings = input_dict.get(KG_EMBEDDINGS_KEY)
         embeddings_uri = artifact_utils.get_single_uri(embeddings) if embeddings else None
         output = artifact_utils.get_single_instance(output_dict[EXAMPLES_KEY])
-        splits = artifact_utils.decode_split_names(examples.split_names)
-        input_uris = {split: artifact_utils.get_split_uri([examples], split)
-                      for split in splits}
         find_concept_paths(input_uris, graph_uri, embeddings_uri, output.uri,
                            json.loads(exec_properties[SETTINGS_KEY]),
                            make_pipeline=beam_options.executor_pipeline(
                                self, beam_options.input_size(input_uris.values())))
-        output.split_names = artifact_utils.encode_split_names(splits)
-        examples_utils.set_payload_format(output,
-                                          example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
+        example_stages.finish_examples_output(output, splits)
 
 
 class ConceptPathsSpec(types.ComponentSpec):

@@ -19,21 +19,17 @@ linked); they are also written to ``linking_counts.json`` in the output folder.
 from __future__ import annotations
 
 import json
-import logging
-import os
 from typing import Callable, Mapping, Sequence
 
 import apache_beam as beam
 import tensorflow as tf
-from apache_beam.metrics.metric import Metrics, MetricsFilter
+from apache_beam.metrics.metric import Metrics
 from tfx import types
-from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_component, base_beam_executor, executor_spec
-from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 
-from lmfactory.components import beam_options
+from lmfactory.components import beam_options, example_stages
 from lmfactory.components.artifacts import KnowledgeGraph
 
 EXAMPLES_KEY = "examples"  # the output
@@ -44,7 +40,7 @@ COUNTS_FILE = "linking_counts.json"
 NAMESPACE = "lmfactory.entity_linking"
 COUNTERS = ("examples", "texts", "linked_mentions", "texts_without_entity",
             "missing_text_feature", "invalid_utf8_texts", "multi_value_texts")
-DATA_FILE_PREFIX = "data_tfrecord"
+LINK_LABEL = "Link"
 
 
 def mention_features(feature: str) -> tuple[str, str, str]:
@@ -106,57 +102,23 @@ def link_examples(input_uris: Mapping[str, str], graph_uri: str, output_uri: str
                   make_pipeline: Callable[[], beam.Pipeline] | None = None) -> dict:
     """Links every split (split -> folder of GZIP TFRecords) into
     ``<output_uri>/Split-<split>/``; returns and writes the counters per split."""
-    make_pipeline = make_pipeline or beam.Pipeline
-    with make_pipeline() as pipeline:
-        for split, uri in input_uris.items():
-            _ = (pipeline
-                 | f"Read[{split}]" >> beam.io.ReadFromTFRecord(
-                     os.path.join(uri, "*"), compression_type=beam.io.filesystem
-                     .CompressionTypes.GZIP)
-                 | f"Link[{split}]" >> beam.ParDo(_LinkExamples(graph_uri, text_features))
-                 | f"Write[{split}]" >> beam.io.WriteToTFRecord(
-                     os.path.join(output_uri, f"Split-{split}", DATA_FILE_PREFIX),
-                     file_name_suffix=".gz"))
-    result = pipeline.result
-    counts = {}
-    for split in input_uris:
-        counts[split] = _split_counters(result, split)
-    with tf.io.gfile.GFile(os.path.join(output_uri, COUNTS_FILE), "w") as f:
-        json.dump(counts, f, indent=2, sort_keys=True)
-    logging.info("Entity linking: %s", counts)
-    return counts
-
-
-def _split_counters(result, split: str) -> dict:
-    """The split's counters; None values (logged) on a runner that reports no metrics."""
-    values = dict.fromkeys(COUNTERS, 0)
-    try:
-        query = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE)
-                                       .with_step(f"Link[{split}]"))
-    except (NotImplementedError, AttributeError) as error:
-        logging.warning("Entity linking counters unavailable on this runner: %s", error)
-        return dict.fromkeys(COUNTERS)
-    for counter in query["counters"]:
-        values[counter.key.metric.name] += counter.committed or counter.attempted or 0
-    return values
+    return example_stages.run_counted_stage(
+        input_uris, output_uri, LINK_LABEL,
+        lambda: beam.ParDo(_LinkExamples(graph_uri, text_features)), NAMESPACE, COUNTERS,
+        COUNTS_FILE, make_pipeline)
 
 
 class Executor(base_beam_executor.BaseBeamExecutor):
     def Do(self, input_dict, output_dict, exec_properties):
         self._log_startup(input_dict, output_dict, exec_properties)
-        examples = artifact_utils.get_single_instance(input_dict[INPUT_EXAMPLES_KEY])
+        splits, input_uris = example_stages.input_split_uris(input_dict, INPUT_EXAMPLES_KEY)
         graph_uri = artifact_utils.get_single_uri(input_dict[KNOWLEDGE_GRAPH_KEY])
         output = artifact_utils.get_single_instance(output_dict[EXAMPLES_KEY])
-        splits = artifact_utils.decode_split_names(examples.split_names)
-        input_uris = {split: artifact_utils.get_split_uri([examples], split)
-                      for split in splits}
         link_examples(input_uris, graph_uri, output.uri,
                       json.loads(exec_properties[TEXT_FEATURES_KEY]),
                       make_pipeline=beam_options.executor_pipeline(
                           self, beam_options.input_size(input_uris.values())))
-        output.split_names = artifact_utils.encode_split_names(splits)
-        examples_utils.set_payload_format(output,
-                                          example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
+        example_stages.finish_examples_output(output, splits)
 
 
 class EntityLinkerSpec(types.ComponentSpec):

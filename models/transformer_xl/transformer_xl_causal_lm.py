@@ -24,7 +24,10 @@ class TransformerXLCausalLM(CausalLMGeneration, SubclassedTask):
     the backbone's ``tie_weights`` / ``tie_projections``).
 
     ``self(x)`` returns log-probabilities [B, T, V] of the next word (valid logits: their
-    softmax is themselves) for one segment with an empty memory; `generate_ids`
+    softmax is themselves) for one segment: with an empty memory, or, for a model with
+    ``stream_batch_size`` and inputs that carry ``stream_position`` (ordered streams), after
+    the phase's carried memory, which it updates (so held-out perplexity is scored with the
+    memory, as the paper evaluates; components/tasks/language_model.py); `generate_ids`
     (`CausalLMGeneration`) decodes through the backbone's memory state.
 
     Training with memory (§3.2, "the hidden state sequence computed for the previous segment
@@ -86,6 +89,12 @@ class TransformerXLCausalLM(CausalLMGeneration, SubclassedTask):
         return {name: inputs[name] for name in CAUSAL_LM_INPUTS}
 
     def call(self, inputs, training=False):
+        phase = "train" if training else "eval"
+        if phase in self.memories and isinstance(inputs, dict) and STREAM_POSITION in inputs:
+            return self._segment(inputs, phase, training)
+        return self._without_memory(inputs, training)
+
+    def _without_memory(self, inputs, training):
         hidden = self.backbone(self._inputs(inputs), training=training)["sequence_output"]
         return self.log_probabilities(hidden)
 
@@ -108,7 +117,7 @@ class TransformerXLCausalLM(CausalLMGeneration, SubclassedTask):
     def _segment(self, x, phase, training):
         """Log-probs of the batch's segment, after (and updating) the carried memory."""
         if phase not in self.memories:
-            return self(x, training=training)
+            return self._without_memory(x, training)
         variables, filled = self.memories[phase]
         batch = x["token_ids"].shape[0]
         if batch is not None and batch != self.stream_batch_size:
