@@ -192,8 +192,8 @@ def measure(args):
              f"{args.hidden}, {args.heads} heads, vocabulary {args.vocab}, "
              f"{lm.count_params() / 1e6:.1f}M parameters, random weights; prompt "
              f"{args.prompt_length} tokens; device {device}; keras-hub {_keras_hub_version()} "
-             f"generate_function jit_compile={peer_jit} (its default); sides interleaved, "
-             f"best of up to {args.repeats} calls after a warm-up")
+             f"generate_function jit_compile={peer_jit} (its default); sides and lengths "
+             f"interleaved, best of up to {args.repeats} calls after a warm-up")
     print(title)
     print(" | ".join(COLUMNS + (["keras-hub XLA ms/token"] if args.keras_hub_xla else [])))
     rows = []
