@@ -21,7 +21,7 @@ the same (``SETTINGS``).
 * project: ``generate_pretraining_examples`` (components/pretraining_data/executor.py) with
   ``--direct_running_mode=multi_processing --direct_num_workers=2``, the pipeline's own Beam
   arguments. Its wall time includes the start of the Beam job and of its two SDK worker
-  processes (each imports TensorFlow and keras-nlp and loads the tokenizer): that fixed cost
+  processes (each imports Beam; no TensorFlow since issue 17's round three): that fixed cost
   is measured on its own, on a corpus of ``_STARTUP_DOCUMENTS`` documents, right before each
   scale's project run (peer, start-up, project, interleaved), and shown next to every scale.
 * peer: ``create_training_instances`` + ``write_instance_to_example_files`` of the reference
@@ -32,7 +32,8 @@ Each side runs in a fresh subprocess, so both pay their imports outside the time
 neither inherits the other's warm caches. "wall s" is the timed region; "CPU s" is the
 user + system time of the subprocess and everything it started (the Beam workers included)
 over the same region, less its imports: on a machine shared with other jobs the CPU time is
-the steadier figure. One timed run per point (a 16x run takes a minute or more), so expect
+the steadier figure. A last run ("profile") times the project's per-element work stage by
+stage in one process without Beam, on the largest corpus. One timed run per point (a 16x run takes a minute or more), so expect
 noise of tens of percent on a busy machine.
 """
 
@@ -178,6 +179,62 @@ def _peer_child(spec: dict) -> dict:
     return result
 
 
+def _profile_child(spec: dict) -> dict:
+    """In the subprocess: the project's per-element work on one corpus, stage by stage, in
+    this one process without Beam (CPU seconds): what the two workers share, the rest of
+    the project's wall time being Beam's (start-up, stages, transfers)."""
+    import glob
+    import gzip
+    import struct
+
+    from lmfactory.components.pretraining_data import beam_steps, executor, objectives
+    from lmfactory.components.pretraining_data.features import resolve_config
+
+    config = resolve_config(dict(SETTINGS, objective="bert_mlm_nsp",
+                                 dupe_factor=spec["dupe_factor"]))
+    seconds, clock = {}, time.process_time()
+
+    def lap(name):
+        nonlocal clock
+        now = time.process_time()
+        seconds[name] = now - clock
+        clock = now
+
+    _, state = executor.describe_vocabulary(spec["vocab_dir"], "bert_mlm_nsp", with_state=True)
+    tokenizer = executor._plain_tokenizer(spec["vocab_dir"])
+    lap("vocabulary state + tokenizer (launching process)")
+    serialized = []
+    for path in sorted(glob.glob(os.path.join(spec["examples"], "*.gz"))):
+        data = gzip.open(path).read()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            serialized.append(data[offset + 12:offset + 12 + length])
+            offset += 16 + length
+    keyed = [pair for record in serialized for pair in beam_steps.keyed_document(record)]
+    lap("read + parse + key documents")
+    step = beam_steps.TokenizeDocuments(spec["vocab_dir"], beam_steps.SENTENCES, tokenizer)
+    step.setup()
+    tokenized = [item for start in range(0, len(keyed), 256)
+                 for item in step.process(keyed[start:start + 256])]
+    lap("tokenize (plain WordPiece)")
+    num_shards = beam_steps.resolve_num_shards(len(tokenized), config)
+    shards = {}
+    for key, value in tokenized:
+        shards.setdefault(beam_steps.shard_of(key, num_shards), []).append((key, value))
+    build = objectives.get("bert_mlm_nsp").shard_examples
+    built = []
+    for shard, documents in sorted(shards.items()):
+        ordered = [doc for _, (doc, _) in sorted(documents, key=lambda kv: kv[0]) if doc]
+        built.append(build(ordered, state, config, (config["random_seed"], "train", shard))[0])
+    lap("build instances, mask, serialize")
+    with tempfile.TemporaryDirectory() as folder:
+        for shard, records in enumerate(built):
+            beam_steps.write_records(os.path.join(folder, f"{shard}.gz"), records)
+    lap("frame + GZIP + write")
+    return {"stages": seconds, "untimed_cpu": 0.0}
+
+
 def _tokenizer_mismatches(reference_tokenizer, spec: dict, lines: int = 2000) -> list:
     """``[differing, compared]``: corpus lines whose ids from the reference ``FullTokenizer``
     and from the project's tokenizer (``load_tokenizer``, used by the Beam pipeline) differ.
@@ -214,7 +271,8 @@ def run_child(kind: str, spec: dict) -> dict:
 
 def _child_main(kind: str, spec_json: str) -> None:
     spec = json.loads(spec_json)
-    result = _project_child(spec) if kind == "project" else _peer_child(spec)
+    result = {"project": _project_child, "peer": _peer_child,
+              "profile": _profile_child}[kind](spec)
     print(_RESULT_MARK + json.dumps(result), flush=True)
 
 
@@ -286,6 +344,10 @@ def run(scales=(1, 4, 16), out_dir: str = "benchmark_results", quick: bool = Fal
                                                         ("documents", "lines", "bytes")},
                                              "project": ours, "peer": peer,
                                              "startup": startup, "load_average": loads}
+        largest = scales[-1]
+        profile = run_child("profile", {"examples": inputs["scales"][largest]["examples"],
+                                        "vocab_dir": vocab_dir, "dupe_factor": dupe_factor})
+        figures["profile"] = dict(profile, corpus=f"{largest}x")
     figures.update(settings=dict(SETTINGS, dupe_factor=dupe_factor), beam_args=BEAM_ARGS,
                    vocabulary_size=inputs["vocabulary_size"], base_documents=base_documents)
 
@@ -324,6 +386,21 @@ def run(scales=(1, 4, 16), out_dir: str = "benchmark_results", quick: bool = Fal
               "(hence its shorter instances); the project masks 15% of the tokens other than "
               "[CLS]/[SEP], the reference 15% of all tokens."))
 
+    last = rows[-1]
+    stage_rows = [[name, value] for name, value in figures["profile"]["stages"].items()]
+    work = sum(value for name, value in figures["profile"]["stages"].items()
+               if "launching" not in name)
+    stage_rows.append(["all per-element work (shared by 2 workers)", work])
+    if startup:
+        stage_rows.append([f"Beam start-up run ({_STARTUP_DOCUMENTS} documents), wall",
+                           last[6]])
+    stage_rows.append([f"project wall at {last[0]} (Beam, 2 workers)", last[5]])
+    stages = common.Table(
+        f"Where the project's time goes ({last[0]} corpus)", ["stage", "seconds"], stage_rows,
+        note=("CPU seconds of each stage's work run in one process without Beam (the same "
+              "functions the Beam steps call, beam_steps.py), beside the wall seconds of the "
+              "Beam runs: the wall time above the half of the work that two workers share "
+              "is Beam's (job and worker start-up, stages, element transfers)."))
     plots = [
         common.line_plot(os.path.join(out_dir, "example_generation_throughput.png"),
                          "bert_mlm_nsp example generation", "corpus scale (x)",
@@ -339,7 +416,7 @@ def run(scales=(1, 4, 16), out_dir: str = "benchmark_results", quick: bool = Fal
                              **({"Beam start-up (fixed)": (scales, [r[6] for r in rows])}
                                 if startup else {})),
                          log_x=True)]
-    return common.Result("Pretraining-example generation", [throughput, compare], plots,
+    return common.Result("Pretraining-example generation", [throughput, compare, stages], plots,
                          _findings(rows, compare_rows, figures["startup"]), figures,
                          time.perf_counter() - began)
 
@@ -368,8 +445,8 @@ def _findings(rows, compare_rows, startup) -> list:
     findings = []
     if startup:
         findings.append(
-            f"Beam start-up (job + 2 SDK worker processes that import TensorFlow and load the "
-            f"tokenizer) costs " + "/".join(f"{r[6]:.1f}" for r in rows) + " s (measured "
+            f"Beam start-up (job + 2 SDK worker processes, which import Beam, numpy and the "
+            f"plain WordPiece, no TensorFlow) costs " + "/".join(f"{r[6]:.1f}" for r in rows) + " s (measured "
             f"next to each scale) whatever the corpus size: "
             f"{100 * first[6] / first[5]:.0f}% of the project's wall time at {first[0]}, "
             f"{100 * last[6] / last[5]:.0f}% at {last[0]}.")
@@ -384,6 +461,16 @@ def _findings(rows, compare_rows, startup) -> list:
         "tf.Example encoder, example_encoder.py) in batches of 4,096, and written with GZIP "
         "level 1; in-process CPU of that stage on the 16x corpus went from about 21 s to "
         "2.6 s (tokenisation 1.4 s).")
+    findings.append(
+        "Round three (issue 17): the Beam workers import no TensorFlow, TFX or Keras "
+        "(beam_steps.py: WordPiece in plain Python with the keras-nlp ids, plain_wordpiece.py; "
+        "the vocabulary state and tokenizer shipped inside the pickled steps; TFRecords framed "
+        "and gzipped with zlib) and the split's counts are per-shard files summed by the "
+        "launching process (no combine and text sink stages); Beam start-up now "
+        + (f"{startup['seconds']:.1f} s wall and {startup['cpu_seconds']:.1f} s CPU (first "
+           f"start-up run; 9.4 s wall in the last report, at a lower load)" if startup
+           else "not measured (--quick)")
+        + "; SOP, FULL-SENTENCES and ERNIE dEA records take the same vectorised path.")
     ours_marginal, peer_marginal = marginal_rate(rows, 3, 5), marginal_rate(rows, 4, 7)
     if ours_marginal and peer_marginal:
         findings.append(
@@ -392,8 +479,8 @@ def _findings(rows, compare_rows, startup) -> list:
             f"{peer_marginal:,.0f} instances/s, ratio {ours_marginal / peer_marginal:.2f}.")
     findings.append(
         "CPU seconds project/peer: " + ", ".join(f"{r[14]:.2f} at {r[0]}" for r in rows)
-        + " (the project's worker processes each import TensorFlow and load the tokenizer, "
-        "and it compresses its output with GZIP).")
+        + " (each of the project's worker processes imports Beam, and the project compresses "
+        "its output with GZIP).")
     findings.append(
         f"Instance counts agree within {max(abs(r[3]) for r in compare_rows):.1f}% (same "
         "documents and length targets; the differences come from the random draws: the "

@@ -507,11 +507,23 @@ def findings(records: list, scaling: list, micro: list, peaks: dict, pipeline: f
                    "(same keras-nlp Transformer layers): keras-hub's tied output layer "
                    "multiplies [B, T, d] by the [d, V] table with a broadcasting matmul, "
                    "whose table gradient is a [B, d, V] tensor summed over B; the project "
-                   "folds the rows to [1, B T, d] first (same logits). The saving grows "
-                   "with B, which falls as T grows in the scaling rows; GPT-2 at batch 4 "
-                   "gains little. Every tied head (RoBERTa's MLM too) folds the same way "
-                   "(models/tied_output.py), and the project's encoder blocks fold their "
-                   "feed-forward layers (models/folded_dense.py).")
+                   "folds the rows to one [B T, d] matrix first (same logits; a rank-2 "
+                   "GEMM in both directions). Every tied head (RoBERTa's MLM too) folds "
+                   "the same way (models/tied_output.py).")
+        out.append("What changed these figures (issue 17, session 16; profiled with "
+                   "tf.profiler on BERT-mini): the project's encoder AND decoder blocks now "
+                   "run the attention Q/K/V and output projections as one [B T, d] GEMM "
+                   "each (keras' EinsumDense ran them as broadcasting matmuls with a "
+                   "[B, d, d] kernel gradient summed over B; models/folded_dense.py), as "
+                   "the feed-forward layers already were; the tied output layer is a rank-2 "
+                   "GEMM instead of a batch-of-one BatchMatMul plus a [d, V] transpose "
+                   "(202 vs 235 ms CPU for forward + backward + loss at BERT-mini's MLM "
+                   "shape); the "
+                   "loss is log-sum-exp with a one-pass gradient instead of TensorFlow's "
+                   "SparseSoftmaxCrossEntropyWithLogits kernel (31 vs 74 ms CPU on "
+                   "640 x 30522 logits; models/task_losses.py), and the MLM accuracy uses "
+                   "TensorFlow's ArgMax without keras.ops.argmax's six signed-zero passes "
+                   "over the logits (6 vs 26 ms CPU).")
     if any(100 * r["flops_per_s"] / peaks["bfloat16" if r["variant"] == "bf16"
                                           else "float32"] > 100 for r in records):
         out.append("Rows above 100% of peak: the peak matmul measurement was slowed by "

@@ -22,6 +22,8 @@ import math
 import keras
 import keras_nlp
 
+from lmfactory.models.folded_dense import TransformerDecoder
+
 # The inputs of every decoder backbone: int32 [batch, seq_len] each.
 DECODER_INPUTS = ("token_ids", "padding_mask")
 
@@ -69,10 +71,11 @@ def embed_tokens_and_positions(model, token_ids, training=None):
 # --------------------------------------------------------------------------- blocks
 
 
-def decoder_blocks(num_layers, *, block=keras_nlp.layers.TransformerDecoder,
+def decoder_blocks(num_layers, *, block=TransformerDecoder,
                    kernel_initializer=None, layer_args=None, **block_args):
     """L decoder blocks named ``transformer_layer_{i}``: ``block(**block_args)`` (keras-nlp's
-    `TransformerDecoder` by default, used without cross-attention).
+    `TransformerDecoder` with folded feed-forward and attention projections by default,
+    models/folded_dense.py; used without cross-attention).
 
     ``kernel_initializer``, if given, is a zero-argument factory called once per block, so
     every block gets its own seed (otherwise the block's default initializer is used);

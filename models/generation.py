@@ -54,9 +54,9 @@ single tensor is one too), under these rules (`check_state` tests the first two)
 How architectures map onto it:
 
 * Transformer decoder (GPT-2, GPT-1, GPT-3 with its banded layers, the character
-  Transformer): one tensor of keys/values [batch, num_layers, 2, max_length, num_heads,
-  head_dim] (`models/decoder_cache.py`); a call writes the keys/values of positions
-  ``index, ...`` and each position attends over those up to itself.
+  Transformer): per block a pair of key and value buffers [batch, num_heads, max_length,
+  head_dim] (a tuple of pairs, `models/decoder_cache.py`); a call writes the keys/values of
+  positions ``index, ...`` and each position attends over those up to itself.
 * LSTM (ELMo, AWD-LSTM, an RNN seq2seq decoder): per layer the (h, c) after each position,
   e.g. a list of (h, c) pairs, h and c [batch, max_length + 1, units], slot 0 the state
   before the first position (zeros, or the encoder's final state given as context) and slot
@@ -66,12 +66,12 @@ How architectures map onto it:
   num_layers, memory_length + max_length, hidden]: the previous segment's memory (from
   context), then one slot per decoded position, written at ``memory_length + index, ...``;
   relative positions follow from ``index``.
-* Encoder-decoder (Transformer, T5): a dict of the decoder's self-attention keys/values
-  ``"self_attention"`` [batch, num_layers, 2, max_length, num_heads, head_dim] (written per
-  position, as above), and static leaves set up in ``initial_state`` from the encoder
-  outputs and mask passed as context: ``"cross_attention"`` [batch, num_layers, 2,
-  source_length, num_heads, head_dim] (the keys/values of the encoder outputs, computed
-  once), ``"encoder_outputs"`` [batch, source_length, hidden] and
+* Encoder-decoder (Transformer, T5): a dict of the decoder's self-attention key/value
+  buffers ``"self_attention"`` (per layer, as above, written per position), and static
+  leaves set up in ``initial_state`` from the encoder outputs and mask passed as context:
+  ``"cross_attention"`` (the keys/values of the encoder outputs, computed once: [batch, 2,
+  source_length, num_heads, head_dim] per layer for the Transformer, one [batch,
+  num_layers, 2, source_length, num_heads, head_dim] tensor for T5), ``"encoder_outputs"`` [batch, source_length, hidden] and
   ``"encoder_padding_mask"`` [batch, source_length].
 
 `CausalLMGeneration` is a mixin for a task model (a `keras.Model`) that decodes this way.

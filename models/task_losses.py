@@ -20,11 +20,93 @@ real predictions. Outside a strategy (or with one replica) every helper is the p
 * `with_regularization`: adds the losses that layers register (`model.losses`,
   e.g. kernel regularisers a caller adds), averaged over replicas the way Keras's own
   `compute_loss` does.
+* `SparseCategoricalAccuracy`: keras' metric of that name with a plain TensorFlow argmax
+  (the masked-LM accuracy over vocabulary logits).
+* `sparse_softmax_nll`: the per-position negative log-likelihood -log softmax(logits)[label]
+  that every loss here is built on, computed in fewer passes over the [N, V] logits than
+  TensorFlow's fused cross-entropy kernel.
 """
 
 import keras
 import tensorflow as tf
 from keras import ops
+
+
+@tf.custom_gradient
+def _softmax_nll_rows(logits, labels):
+    """-log softmax(logits)[label] for logits [N, V] (float32) and labels [N] (int32), and
+    its gradient softmax(logits) - onehot(label) (module docstring of `sparse_softmax_nll`)."""
+    shift = tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
+    shifted = logits - shift
+    exponentials = tf.exp(shifted)
+    totals = tf.reduce_sum(exponentials, axis=-1)
+    nll = tf.math.log(totals) - tf.gather(shifted, labels, batch_dims=1)
+
+    def gradient(upstream):
+        scaled = exponentials * (upstream / totals)[:, None]
+        rows = tf.range(tf.shape(labels)[0], dtype=labels.dtype)
+        return tf.tensor_scatter_nd_sub(scaled, tf.stack([rows, labels], axis=1),
+                                        upstream), None
+
+    return nll, gradient
+
+
+def sparse_softmax_nll(labels, logits):
+    """Per-position negative log-likelihood of integer ``labels`` [...] under ``logits``
+    [..., V]: ``logsumexp(logits) - logits[label]`` (the cross-entropy of BERT's masked LM,
+    Devlin et al. 2019 Appendix A.2, and of the language models' next-token prediction,
+    GPT-1 §3.1 L1), as float32 [...] with the gradient ``softmax(logits) - onehot(label)``.
+
+    Why not keras' `sparse_categorical_crossentropy` (which keras-nlp's tasks use): on the
+    TensorFlow backend it runs TensorFlow's `SparseSoftmaxCrossEntropyWithLogits` kernel,
+    which writes the full [N, V] gradient in the forward pass and is scaled by the upstream
+    gradient in another pass; on a CPU it took about 2.4x the CPU time of this version at
+    BERT's masked-LM shape (640 x 30522: 74 vs 31 ms, benchmarks/pretraining.py). Here the
+    forward pass keeps exp(logits - max) and the backward pass is one scaling pass plus a
+    scatter of the N label entries. The values agree to float rounding
+    (tests/test_task_losses.py). Labels out of [0, V) fail as TensorFlow's gather does."""
+    logits = tf.convert_to_tensor(logits)
+    if logits.dtype != tf.float32:
+        logits = tf.cast(logits, tf.float32)
+    labels = tf.cast(tf.convert_to_tensor(labels), tf.int32)
+    if labels.shape.rank == logits.shape.rank and labels.shape[-1] == 1:
+        labels = tf.squeeze(labels, -1)
+    nll = _softmax_nll_rows(tf.reshape(logits, (-1, tf.shape(logits)[-1])),
+                            tf.reshape(labels, (-1,)))
+    return tf.reshape(nll, tf.shape(labels))
+
+
+def argmax_accuracy(y_true, y_pred):
+    """1.0 where the integer label ``y_true`` ([...] or [..., 1]) is the argmax of the
+    logits or probabilities ``y_pred`` [..., classes] (first maximum on ties), else 0.0."""
+    y_true, y_pred = tf.convert_to_tensor(y_true), tf.convert_to_tensor(y_pred)
+    if y_true.shape.rank == y_pred.shape.rank and y_true.shape[-1] == 1:
+        y_true = tf.squeeze(y_true, -1)
+    predicted = tf.math.argmax(y_pred, axis=-1, output_type=tf.int32)
+    return tf.cast(tf.equal(tf.cast(y_true, tf.int32), predicted), "float32")
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class SparseCategoricalAccuracy(keras.metrics.MeanMetricWrapper):
+    """keras' `SparseCategoricalAccuracy` (the weighted mean of label == argmax, same name,
+    state, results and config) computing the argmax with TensorFlow's `ArgMax` kernel.
+
+    Why: `keras.ops.argmax` on the TensorFlow backend first rewrites every -0.0 among
+    float inputs as the smallest negative normal (a flush-to-zero fix for JAX's ordering of
+    signed zeros), six extra element-wise passes (Bitcast, BitwiseAnd, Less, Equal,
+    LogicalAnd, SelectV2) over the whole [B, P, V] logits tensor. On BERT's masked-LM logits
+    (32 x 20 predictions x 30522 words) those passes cost more than the argmax itself and
+    several percent of a training step (profile in benchmarks/pretraining.py's findings);
+    they change the result only when a maximum is a signed zero. keras and keras-nlp have
+    no metric without them."""
+
+    def __init__(self, name="sparse_categorical_accuracy", dtype=None):
+        super().__init__(fn=argmax_accuracy, name=name, dtype=dtype)
+        # Maximised in model checkpointing and early stopping, as keras' metric is.
+        self._direction = "up"
+
+    def get_config(self):
+        return {"name": self.name, "dtype": self.dtype}
 
 
 def sum_over_replicas(value):
@@ -66,14 +148,14 @@ def masked_lm_loss(labels, logits, weights):
     """Mean masked-LM negative log-likelihood over the real predictions:
     ``sum(w * nll) / (sum(w) + 1e-5)``. ``labels`` [B, P] ids, ``logits`` [B, P, V]
     (float32), ``weights`` [B, P] (0 for padding predictions)."""
-    nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    nll = sparse_softmax_nll(labels, logits)
     return weighted_mean(nll, weights)
 
 
 def sentence_loss(labels, logits):
     """Mean negative log-likelihood of a sentence-level classifier: ``labels`` [B],
     ``logits`` [B, classes] (float32)."""
-    nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    nll = sparse_softmax_nll(labels, logits)
     return batch_mean(nll)
 
 
@@ -83,7 +165,7 @@ def next_token_loss(labels, logits, sample_weight, nll_tracker):
     batch (``sample_weight`` [B, T], 0 on padding; None = every position); a batch that is
     all padding contributes 0, not NaN. Records the per-token NLL in ``nll_tracker``."""
     logits = ops.cast(logits, "float32")
-    nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    nll = sparse_softmax_nll(labels, logits)
     if sample_weight is None:
         weights = ops.ones(ops.shape(nll), dtype="float32")
     else:
@@ -131,6 +213,7 @@ def with_regularization(model, loss):
     return loss
 
 
-__all__ = ["batch_mean", "masked_lm_loss", "masked_lm_objective", "masked_lm_weights",
-           "next_token_loss", "sentence_loss", "sentence_objective", "sum_over_replicas", "track_loss",
+__all__ = ["SparseCategoricalAccuracy", "argmax_accuracy", "batch_mean", "masked_lm_loss",
+           "masked_lm_objective", "masked_lm_weights", "next_token_loss", "sentence_loss",
+           "sentence_objective", "sparse_softmax_nll", "sum_over_replicas", "track_loss",
            "weighted_mean", "with_regularization"]

@@ -20,8 +20,8 @@ registration for serialisation (``lmfactory>ClassName``):
 
 import keras
 
-from lmfactory.models.task_losses import (masked_lm_objective, sentence_objective,
-                                          with_regularization)
+from lmfactory.models.task_losses import (SparseCategoricalAccuracy, masked_lm_objective,
+                                          sentence_objective, with_regularization)
 
 
 def deserialize_models(config: dict, keys=("backbone",)) -> dict:
@@ -226,10 +226,10 @@ class MaskedLMPretrainer(Task):
         if self.sentence_task is not None:
             setattr(self, f"{self.sentence_task}_loss_tracker",
                     keras.metrics.Mean(name=f"{self.sentence_task}_loss"))
-        self.mlm_accuracy = keras.metrics.SparseCategoricalAccuracy(name="mlm_accuracy")
+        self.mlm_accuracy = SparseCategoricalAccuracy(name="mlm_accuracy")
         if self.sentence_task is not None:
             setattr(self, f"{self.sentence_task}_accuracy",
-                    keras.metrics.SparseCategoricalAccuracy(
+                    SparseCategoricalAccuracy(
                         name=f"{self.sentence_task}_accuracy"))
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):

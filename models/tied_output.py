@@ -11,9 +11,12 @@ respect to the table is built as one [H, V] partial product per batch row and th
 a [B, H, V] intermediate (250 MB for 32 x 20 masked predictions over 30522 tokens, 1.2 GB
 for 8 x 1024 positions over 50257 tokens) that made the output layer's backward pass two to
 three times as slow as its forward product (docs/benchmarks/report.md, "Tied output
-layer"). Folded to [1, B * T, H], the same layer call (same variables, kernels, dtypes and
-logits up to float rounding: tests/conformance/test_tied_output.py checks 1e-5) contracts
-every position in one [H, V] product.
+layer"). Folded to a [B * T, H] matrix, the same layer call (same variables, kernels,
+dtypes and logits up to float rounding: tests/conformance/test_tied_output.py checks 1e-5)
+contracts every position in one [H, V] GEMM, and its two gradients are plain GEMMs too
+(a rank-2 `MatMul` whose transposes the graph optimiser folds into the kernel's flags;
+the earlier [1, B * T, H] fold ran as a batch-of-one `BatchMatMulV2`, about a fifth slower
+forward + backward at BERT-mini's masked-LM shape).
 keras-nlp has no folded variant, so this module adds one around its layers:
 
 * `tied_logits(token_embedding, hidden)`: the function;
@@ -56,7 +59,7 @@ def tied_logits(token_embedding, hidden, name=None):
     if isinstance(hidden, keras.KerasTensor):
         return TiedLogits(token_embedding, name=name)(hidden)
     shape = ops.shape(hidden)
-    folded = ops.reshape(hidden, (1, -1, shape[-1]))
+    folded = ops.reshape(hidden, (-1, shape[-1]))
     logits = token_embedding(folded, reverse=True)
     return ops.reshape(logits, tuple(shape[:-1]) + (ops.shape(logits)[-1],))
 
@@ -99,7 +102,7 @@ class TiedLogits(keras.layers.Layer):
 class MaskedLMHead(keras_nlp.layers.MaskedLMHead):
     """keras-nlp's `MaskedLMHead` (same constructor, weights, config and logits) whose
     output projection, tied to the token embedding, runs through `tied_logits`: the
-    [B, P, E] transformed vectors at the masked positions are folded to [1, B * P, E]
+    [B, P, E] transformed vectors at the masked positions are folded to [B * P, E]
     before the embedding layer's reverse call.
 
     The head is BERT's masked-LM output layer (Devlin et al. 2019 Appendix A.1 and the

@@ -156,6 +156,15 @@ def _task_model(architecture: str, kind: str, variant: str = ""):
                                      "label_feature": "relation", "num_classes": len(LABELS),
                                      "label_vocabulary": list(LABELS),
                                      "sequence_length": length}
+    if kind == "entity_typing":
+        from lmfactory.components.tasks.entity_typing import typing_head, typing_preprocessor
+
+        preprocessor = typing_preprocessor(vocab_dir, architecture, length, {})
+        model = typing_head(architecture, base, len(LABELS), {})
+        return model, preprocessor, {"kind": kind, "text_features": ["text", "mention"],
+                                     "label_feature": "types", "num_classes": len(LABELS),
+                                     "label_vocabulary": list(LABELS),
+                                     "sequence_length": length}
     if kind == "tagging":
         from lmfactory.models.tasks.token_classification_preprocessor import (
             token_classification_preprocessor)

@@ -122,14 +122,17 @@ def test_generation_code_exists_once():
 
 
 def test_state_of_every_backbone(lm):
-    """A Transformer's decoding state is its key/value cache, one zero tensor, batch first;
-    making it creates no weights, and the old method names are gone."""
+    """A Transformer's decoding state is its key/value cache, one pair of zero buffers
+    [batch, heads, max_length, head_dim] per block, batch first; making it creates no
+    weights, and the old method names are gone."""
     backbone = lm.backbone
     head_dim = getattr(backbone, "head_dim", None) or backbone.hidden_dim // backbone.num_heads
     num_weights = len(lm.weights)
     state = lm.initial_state(3, 10)
-    assert tuple(state.shape) == (3, backbone.num_layers, 2, 10, backbone.num_heads, head_dim)
-    assert not np.asarray(state).any()
+    assert isinstance(state, tuple) and len(state) == backbone.num_layers
+    for keys, values in state:
+        assert tuple(keys.shape) == tuple(values.shape) == (3, backbone.num_heads, 10, head_dim)
+        assert not np.asarray(keys).any() and not np.asarray(values).any()
     check_state(state, 3)
     _, _, after = lm.call_with_state(PROMPTS[:, :2], state, 0)
     check_state(after, 3, previous=state)
@@ -154,37 +157,57 @@ def test_cached_greedy_equals_recomputing_the_prefix(lm):
     assert len(set(generated.tolist())) > 2
 
 
-@pytest.mark.parametrize("normalize_first", [True, False])
-def test_cached_block_call_equals_keras_nlp_cache_update(normalize_first):
-    """`decoder_cache.cached_block_call` (keys/values written in place, attention over the
-    filled prefix) gives keras-nlp's own cached call (update index into the whole buffer):
-    the same outputs and cached positions, the positions after the new ones untouched; in a
-    `tf.function` the write is a `TensorStridedSliceUpdate`, never the XLA update that
-    copies the buffer."""
+def _keras_nlp_layout(keys, values):
+    """Per-layer buffers [B, heads, T, d] -> keras-nlp's cache [B, 2, T, heads, d]."""
+    return np.stack([np.transpose(keys, (0, 2, 1, 3)), np.transpose(values, (0, 2, 1, 3))], 1)
+
+
+@pytest.mark.parametrize("normalize_first,dropout", [(True, 0.0), (False, 0.1)])
+def test_cached_block_call_equals_keras_nlp_cache_update(normalize_first, dropout):
+    """`decoder_cache.cached_block_call` on a keras-nlp `TransformerDecoder` (keys/values
+    written in place into the heads-first buffers, attention over the whole buffer with
+    the causal mask) gives keras-nlp's own cached call (update index into its cache): the
+    same outputs and cached positions, the positions after the new ones untouched. In a
+    `tf.function` the buffers are only written by `TensorStridedSliceUpdate` (never the
+    XLA update that copies them) and only read by the two attention matmuls: no slice,
+    transpose, stack or concat of a buffer."""
     keras.utils.set_random_seed(5)
     block = keras_nlp.layers.TransformerDecoder(intermediate_dim=16, num_heads=2,
-                                                normalize_first=normalize_first)
+                                                normalize_first=normalize_first,
+                                                dropout=dropout)
     block.build((None, None, 8))
     _spread_weights(block, seed=5)
     rng = np.random.default_rng(5)
-    state = tf.constant(rng.normal(size=(2, 3, 2, 9, 2, 4)), "float32")  # 3 layers, 9 slots
+    keys, values = (tf.constant(rng.normal(size=(2, 2, 9, 4)), "float32") for _ in "kv")
     for index, n in [(0, 4), (4, 1), (6, 2)]:
         x = tf.constant(rng.normal(size=(2, n, 8)), "float32")
-        expected, expected_cache = block(x, self_attention_cache=state[:, 1],
-                                         self_attention_cache_update_index=index)
-        (output, *_), updated = decoder_cache.cached_block_call(block, x, state, 1, index)
+        expected, expected_cache = block(
+            x, self_attention_cache=tf.constant(_keras_nlp_layout(keys, values)),
+            self_attention_cache_update_index=index)
+        output, (new_keys, new_values) = decoder_cache.cached_block_call(
+            block, x, (keys, values), index)
         np.testing.assert_allclose(output, expected, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(updated[:, 1, :, :index + n],
-                                   expected_cache[:, :, :index + n], rtol=1e-5, atol=1e-6)
-        np.testing.assert_array_equal(updated[:, 1, :, index + n:], state[:, 1, :, index + n:])
-        np.testing.assert_array_equal(updated[:, ::2], state[:, ::2])  # other layers
-        state = updated
-    graph = tf.function(lambda x, s, i: decoder_cache.cached_block_call(block, x, s, 1, i)
-                        ).get_concrete_function(tf.TensorSpec([2, 1, 8]),
-                                                tf.TensorSpec([2, 3, 2, 9, 2, 4]),
+        updated = _keras_nlp_layout(new_keys, new_values)
+        np.testing.assert_allclose(updated[:, :, :index + n],
+                                   np.asarray(expected_cache)[:, :, :index + n],
+                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(updated[:, :, index + n:],
+                                      _keras_nlp_layout(keys, values)[:, :, index + n:])
+        keys, values = new_keys, new_values
+    spec = tf.TensorSpec([2, 2, 9, 4])
+    graph = tf.function(lambda x, k, v, i: decoder_cache.cached_block_call(block, x, (k, v), i)
+                        ).get_concrete_function(tf.TensorSpec([2, 1, 8]), spec, spec,
                                                 tf.TensorSpec([], tf.int32)).graph
     op_types = {op.type for op in graph.get_operations()}
-    assert "TensorStridedSliceUpdate" in op_types and "XlaDynamicUpdateSlice" not in op_types
+    assert "XlaDynamicUpdateSlice" not in op_types
+    buffers = [t for t in graph.inputs if t.shape.rank == 4 and t.shape[2] == 9]
+    assert len(buffers) == 2
+    for buffer in buffers:
+        assert [op.type for op in buffer.consumers()] == ["TensorStridedSliceUpdate"]
+        written = buffer.consumers()[0].outputs[0]
+        readers = {op.type for op in written.consumers()}
+        assert readers <= {"BatchMatMulV2", "Identity"}, readers
+        assert "BatchMatMulV2" in readers
 
 
 def test_degenerate_samplers_equal_greedy(lm):

@@ -53,6 +53,9 @@ def _eval_rows(kind: str, architecture: str) -> list:
     if kind == "relation_classification":  # the sentence and its two entities' mentions
         return [{"text": [s], "head": [s.split()[0]], "tail": [s.split()[-1]],
                  "relation": ["/location/contains"]} for s in SENTENCES]
+    if kind == "entity_typing":  # the sentence, one entity's mention and its types
+        return [{"text": [s], "mention": [s.split()[0]], "types": ["location film"]}
+                for s in SENTENCES]
     if kind == "tagging":
         return [{"tokens": s.split(), "tags": ["O"] * len(s.split())} for s in SENTENCES]
     if kind == "span_qa":

@@ -13,7 +13,9 @@ METRICS = {"accuracy": True, "f1": True, "macro_f1": True, "matthews_corrcoef": 
            "entity_recall": True, "exact_match": True,
            "bleu": True,  # sacreBLEU corpus BLEU (components/tasks/translation.py)
            # word vectors (components/tasks/word_vectors.py)
-           "sgns_loss": False, "analogy_accuracy": True, "similarity_spearman": True}
+           "sgns_loss": False, "analogy_accuracy": True, "similarity_spearman": True,
+           # entity typing (components/tasks/entity_typing.py)
+           "strict_accuracy": True, "loose_macro_f1": True, "loose_micro_f1": True}
 # The metrics of each fine-tuning task kind (evaluation.metric must be one of its kind's).
 CLASSIFICATION_METRICS = ("accuracy", "f1", "macro_f1", "matthews_corrcoef")
 REGRESSION_METRICS = ("pearson", "spearman", "mse")
@@ -122,6 +124,42 @@ def regression_metrics(labels, predictions) -> dict:
             "mse": mse(labels, predictions), "examples": int(np.size(labels))}
 
 
+def _f1(precision: float, recall: float) -> float:
+    return 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
+
+
+def typing_metrics(labels, predictions) -> dict:
+    """Multi-label entity-typing metrics of Ling & Weld (2012), the figures of ERNIE's
+    Tables 2-3 (FIGER: strict accuracy, loose macro-F1, loose micro-F1; Open Entity: loose
+    micro precision / recall / F1). ``labels`` and ``predictions`` are [N, K] 0/1 arrays
+    (true and predicted types of N mentions). Strict: a mention counts when its predicted
+    type set equals its true set. Loose macro: precision and recall averaged over the
+    mentions, |pred ∩ true| / |pred| and |pred ∩ true| / |true| (a mention with no
+    predicted type adds 0 to the precision sum and is still counted, as the released ERNIE
+    evaluation code/eval_typing.py averages both over every mention). Loose micro: the
+    summed intersections over the summed predicted / true counts. F1 is 0 when P + R = 0."""
+    labels = np.asarray(labels).astype(bool)
+    predictions = np.asarray(predictions).astype(bool)
+    if labels.shape != predictions.shape or labels.ndim != 2:
+        raise ValueError(f"labels {labels.shape} and predictions {predictions.shape} must "
+                         f"be [N, K] of one shape")
+    if labels.shape[0] == 0:
+        raise ValueError("typing metrics of an empty set are undefined")
+    both = np.sum(labels & predictions, axis=1).astype(np.float64)
+    predicted = np.sum(predictions, axis=1).astype(np.float64)
+    true = np.sum(labels, axis=1).astype(np.float64)
+    macro_p = float(np.mean(np.divide(both, predicted, out=np.zeros_like(both),
+                                      where=predicted > 0)))
+    macro_r = float(np.mean(np.divide(both, true, out=np.zeros_like(both), where=true > 0)))
+    micro_p = float(both.sum() / predicted.sum()) if predicted.sum() else 0.0
+    micro_r = float(both.sum() / true.sum()) if true.sum() else 0.0
+    return {"strict_accuracy": float(np.mean(np.all(labels == predictions, axis=1))),
+            "loose_macro_precision": macro_p, "loose_macro_recall": macro_r,
+            "loose_macro_f1": _f1(macro_p, macro_r),
+            "loose_micro_precision": micro_p, "loose_micro_recall": micro_r,
+            "loose_micro_f1": _f1(micro_p, micro_r), "examples": int(labels.shape[0])}
+
+
 def perplexity(total_nll: float, total_tokens: float) -> float:
     """exp(mean next-token negative log-likelihood in nats)."""
     if total_tokens <= 0:
@@ -175,6 +213,12 @@ MEANINGS = {
     "best_f1": "f1 at the best no-answer threshold for these very records (an upper bound)",
     "null_threshold": "the exported no-answer threshold, tuned by the FineTuner on its eval "
                       "split",
+    "strict_accuracy": "fraction of the mentions whose predicted type set equals the true "
+                       "set (Ling & Weld 2012)",
+    "loose_macro_f1": "F1 of the per-mention type precision and recall, averaged over the "
+                      "mentions (Ling & Weld 2012)",
+    "loose_micro_f1": "F1 of the type predictions pooled over all mentions (Ling & Weld "
+                      "2012)",
     "examples": "number of examples evaluated",
     "tokens": "number of predicted tokens",
 }

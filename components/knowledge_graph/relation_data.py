@@ -26,72 +26,17 @@ from __future__ import annotations
 
 import argparse
 import collections
-import hashlib
 import json
-import os
-import re
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from lmfactory.components.knowledge_graph.graph import build_graph
+from lmfactory.components.knowledge_graph.linked_text import (  # noqa: F401  (re-exported)
+    DEFAULT_GRAPH, DEFAULT_SOURCES, SOURCE_FORMATS, marked_at, paragraphs, sentences,
+    split_of, write_json, write_splits)
 from lmfactory.components.knowledge_graph.linking import EntityMatcher
 from lmfactory.models.tasks.relation_marking import DEFAULT_MARKERS, mark_mentions
 
-SOURCE_FORMATS = ("text", "squad")  # one paragraph a line (WikiText) | SQuAD v1.1 JSON
 COLUMNS = ("text", "head", "tail", "relation")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
-_DATA = "../shared/data"
-DEFAULT_SOURCES = ({"format": "text", "path": f"{_DATA}/wikitext-2/valid.txt"},
-                   {"format": "squad", "path": f"{_DATA}/squad/dev-v1.1.json"})
-DEFAULT_GRAPH = {"format": "tsv",
-                 "splits": {"train": f"{_DATA}/kg/FB15k-237/train.txt"},
-                 "labels": f"{_DATA}/kg/FB15k-237/entity2wikidata.json",
-                 "linking": {"max_ngram": 4, "lowercase": True}}
-
-
-def paragraphs(source: dict, counts: collections.Counter) -> Iterator[str]:
-    """The paragraphs of one source; unreadable parts are counted, never raised."""
-    fmt, path = source["format"], source["path"]
-    if fmt not in SOURCE_FORMATS:
-        raise ValueError(f"source format must be one of {SOURCE_FORMATS}, got {fmt!r}")
-    with open(path, "rb") as handle:
-        raw = handle.read()
-    if fmt == "squad":
-        try:
-            data = json.loads(raw.decode("utf-8"))["data"]
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
-            counts["unreadable_sources"] += 1
-            print(f"skipping {path}: not SQuAD JSON ({error})")
-            return
-        for article in data:
-            for paragraph in article.get("paragraphs", []):
-                context = paragraph.get("context")
-                if isinstance(context, str):
-                    yield context
-                else:
-                    counts["malformed_paragraphs"] += 1
-        return
-    for line in raw.split(b"\n"):
-        try:
-            text = line.decode("utf-8").strip()
-        except UnicodeDecodeError:
-            counts["non_utf8_lines"] += 1
-            continue
-        if not text or (text.startswith("=") and text.endswith("=")):
-            counts["empty_or_heading_lines"] += 1
-            continue
-        yield text
-
-
-def sentences(sources: Iterable[dict], counts: collections.Counter) -> Iterator[str]:
-    for source in sources:
-        for paragraph in paragraphs(source, counts):
-            yield from (s.strip() for s in _SENTENCE_END.split(paragraph) if s.strip())
-
-
-def _pair_split(head: str, tail: str, eval_fraction: float, seed: int) -> str:
-    key = "|".join(sorted((head, tail))) + f"|{seed}"
-    bucket = int(hashlib.md5(key.encode("utf-8")).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return "eval" if bucket < eval_fraction else "train"
 
 
 def candidates(graph, sentence_iter, max_words: int, counts, markers: dict):
@@ -122,24 +67,15 @@ def candidates(graph, sentence_iter, max_words: int, counts, markers: dict):
                 found = True
                 head = sentence[a.start_char:a.end_char]
                 tail = sentence[b.start_char:b.end_char]
-                if mark_mentions(sentence, head, tail, **markers) != _marked_at(
-                        sentence, a, b, markers):
+                spans = [(a.start_char, a.end_char, markers["head_marker"]),
+                         (b.start_char, b.end_char, markers["tail_marker"])]
+                if mark_mentions(sentence, head, tail, **markers) != marked_at(sentence,
+                                                                                spans):
                     counts["mention_not_first_occurrence"] += 1
                     continue
                 yield sentence, head, tail, rels, a.entity_index, b.entity_index
         if not found:
             counts["sentences_without_related_pair"] += 1
-
-
-def _marked_at(sentence: str, a, b, markers: dict) -> str:
-    """The sentence with the marks at the linked spans themselves."""
-    spans = sorted([(a.start_char, a.end_char, markers["head_marker"]),
-                    (b.start_char, b.end_char, markers["tail_marker"])])
-    out, last = [], 0
-    for start, end, mark in spans:
-        out += [sentence[last:start], f"{mark} {sentence[start:end]} {mark}"]
-        last = end
-    return "".join(out + [sentence[last:]])
 
 
 def build(output_dir: str, graph_section: dict = DEFAULT_GRAPH,
@@ -170,15 +106,10 @@ def build(output_dir: str, graph_section: dict = DEFAULT_GRAPH,
             counts["duplicates"] += 1
             continue
         seen.add(row)
-        split = _pair_split(graph.entities[head_id], graph.entities[tail_id],
-                            eval_fraction, seed)
+        split = split_of((graph.entities[head_id], graph.entities[tail_id]),
+                         eval_fraction, seed)
         splits[split].append(row)
-    os.makedirs(output_dir, exist_ok=True)
-    for split, rows in splits.items():
-        with open(os.path.join(output_dir, f"{split}.tsv"), "w", encoding="utf-8") as out:
-            out.write("\t".join(COLUMNS) + "\n")
-            for row in rows:
-                out.write("\t".join(value.replace("\t", " ") for value in row) + "\n")
+    write_splits(output_dir, COLUMNS, splits)
     result = {"examples": {split: len(rows) for split, rows in splits.items()},
               "pairs": {split: len({tuple(sorted(r[1:3])) for r in rows})
                         for split, rows in splits.items()},
@@ -186,10 +117,9 @@ def build(output_dir: str, graph_section: dict = DEFAULT_GRAPH,
                                for split, rows in splits.items()},
               "relations": [graph.relations[r] for r in kept],
               "skipped": dict(sorted(counts.items())), "markers": markers}
-    with open(os.path.join(output_dir, "relations.txt"), "w", encoding="utf-8") as out:
+    with open(f"{output_dir}/relations.txt", "w", encoding="utf-8") as out:
         out.write("".join(f"{graph.relations[r]}\n" for r in kept))
-    with open(os.path.join(output_dir, "counts.json"), "w", encoding="utf-8") as out:
-        json.dump(result, out, indent=1)
+    write_json(output_dir, "counts.json", result)
     return result
 
 

@@ -13,8 +13,10 @@ length in ``[2, max_seq_length - 3]``), the chunk is split at a random sentence 
 A (the first part) and B (the rest), both from the *same* document, and then A and B swap
 places with probability 0.5 (label ``sentence_order_labels`` 1 = swapped, 0 = in order). The
 pair is truncated from the longer side, one token at a time at a random end, and laid out as
-``[CLS] A [SEP] B [SEP]`` with segment ids 0 / 1, as in BERT. Masking (ALBERT §4.1 uses
-n-gram masking, ``ngram_masking: 3``) is the shared ``masking.py``.
+``[CLS] A [SEP] B [SEP]`` with segment ids 0 / 1, as in BERT. The instances are worked out
+as offsets (:func:`sop_spans`) and gathered, shuffled, masked and serialized for a whole shard
+in numpy batches (``masked_records.pair_records``, as ``bert_mlm_nsp``). Masking (ALBERT §4.1
+uses n-gram masking, ``ngram_masking: 3``) is the shared ``masking.py`` rule.
 
 Differences from the ALBERT reference script, and why: the reference still falls back to a
 random other document when a chunk holds a single sentence (its NSP code path); here such a
@@ -31,14 +33,16 @@ from __future__ import annotations
 import random
 from typing import Iterable, NamedTuple, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from lmfactory.components.pretraining_data import registry
-from lmfactory.components.pretraining_data.bert_mlm_nsp import (
-    pair_example, seeded_rng, truncate_seq_pair)
+from lmfactory.components.pretraining_data.bert_mlm_nsp import pair_example
+from lmfactory.components.pretraining_data.masked_records import pair_records, token_stream
 from lmfactory.components.pretraining_data.masking import (
-    BertVocabulary, MaskedLmPredictions, count_masking, create_masked_lm_predictions,
-    masking_stats)
+    BertVocabulary, MaskedLmPredictions, masking_stats)
+from lmfactory.components.pretraining_data.nsp_instances import (
+    seeded_rng, segment_starts, truncation)
 from lmfactory.components.pretraining_data.mlm_objective import (
     SentenceTask, masked_lm_objective)
 
@@ -58,21 +62,58 @@ class SopInstance(NamedTuple):
 def create_instances_from_document(document: Sequence[Sequence[int]], max_seq_length: int,
                                    short_seq_prob: float, rng: random.Random, cls_id: int,
                                    sep_id: int) -> list:
-    """Sentence-order instances of one document (a list of token-id sentences)."""
+    """Sentence-order instances of one document (a list of token-id sentences):
+    :func:`sop_spans` laid out as ``[CLS] A [SEP] B [SEP]``."""
+    stream = [token for segment in document for token in segment]
+    instances = []
+    for a_start, a_end, b_start, b_end, is_swapped in sop_spans(
+            segment_starts(document), max_seq_length, short_seq_prob, rng):
+        tokens_a, tokens_b = stream[a_start:a_end], stream[b_start:b_end]
+        tokens = [cls_id] + tokens_a + [sep_id] + tokens_b + [sep_id]
+        segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
+        instances.append(SopInstance(tokens, segment_ids, is_swapped))
+    return instances
+
+
+def sop_spans(offsets: Sequence[int], max_seq_length: int, short_seq_prob: float,
+              rng: random.Random) -> list:
+    """The instances of one document as ``(a_start, a_end, b_start, b_end, is_swapped)``
+    offsets into its token stream (``offsets``: ``segment_starts`` of the document): chunks
+    up to the target length, each split into consecutive A and B (:func:`split_chunk`'s
+    rule), swapped with probability 0.5, then truncated (BERT App. A.2)."""
     max_num_tokens = max_seq_length - 3
     target_length = max_num_tokens
     if rng.random() < short_seq_prob:
         target_length = rng.randint(2, max_num_tokens)
-    instances, chunk, chunk_length = [], [], 0
-    for i, segment in enumerate(document):
-        chunk.append(segment)
-        chunk_length += len(segment)
-        if i == len(document) - 1 or chunk_length >= target_length:
-            pair = split_chunk(chunk, rng)
+    spans, first = [], 0
+    count = len(offsets) - 1
+    for i in range(count):
+        if i == count - 1 or offsets[i + 1] - offsets[first] >= target_length:
+            pair = _split_span(offsets, first, i + 1, rng)
             if pair is not None:
-                instances.append(_layout(*pair, max_num_tokens, rng, cls_id, sep_id))
-            chunk, chunk_length = [], 0
-    return instances
+                spans.append(_swapped_and_truncated(*pair, max_num_tokens, rng))
+            first = i + 1
+    return spans
+
+
+def _split_span(offsets, first: int, stop: int, rng):
+    """:func:`split_chunk` on the offsets of segments ``[first, stop)``."""
+    if stop - first >= 2:
+        middle = offsets[first + rng.randint(1, stop - first - 1)]
+        return offsets[first], middle, middle, offsets[stop]
+    if offsets[stop] - offsets[first] < 2:
+        return None
+    middle = offsets[first] + rng.randint(1, offsets[stop] - offsets[first] - 1)
+    return offsets[first], middle, middle, offsets[stop]
+
+
+def _swapped_and_truncated(a_start, a_end, b_start, b_end, max_num_tokens, rng) -> tuple:
+    is_swapped = rng.random() < 0.5
+    if is_swapped:
+        a_start, a_end, b_start, b_end = b_start, b_end, a_start, a_end
+    a_front, a_back, b_front, b_back = truncation(a_end - a_start, b_end - b_start,
+                                                  max_num_tokens, rng)
+    return a_start + a_front, a_end - a_back, b_start + b_front, b_end - b_back, is_swapped
 
 
 def split_chunk(chunk: list, rng: random.Random):
@@ -92,16 +133,6 @@ def _concat(segments) -> list:
     return [token for segment in segments for token in segment]
 
 
-def _layout(tokens_a, tokens_b, max_num_tokens, rng, cls_id, sep_id) -> SopInstance:
-    is_swapped = rng.random() < 0.5
-    if is_swapped:
-        tokens_a, tokens_b = tokens_b, tokens_a
-    truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-    tokens = [cls_id] + tokens_a + [sep_id] + tokens_b + [sep_id]
-    segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
-    return SopInstance(tokens, segment_ids, is_swapped)
-
-
 def to_tf_example(instance: SopInstance, max_seq_length: int,
                   masked: MaskedLmPredictions | None, max_predictions_per_seq: int
                   ) -> tf.train.Example:
@@ -114,32 +145,29 @@ def to_tf_example(instance: SopInstance, max_seq_length: int,
 def shard_examples(documents: Sequence, vocab: BertVocabulary, config: dict,
                    seed_scope: Iterable) -> tuple:
     """All serialized examples of one shard (documents in canonical order), shuffled, and
-    their counts. Each dupe round re-draws segmentations, orders and masks."""
+    their counts. Each dupe round re-draws segmentations and orders with its own RNG, as
+    spans of the shard's token stream; the instances are then gathered, shuffled, masked and
+    serialized in batches with numpy (``masked_records.pair_records``), as ``bert_mlm_nsp``'s."""
     seed_scope = tuple(seed_scope)
-    max_seq_length = int(config["max_seq_length"])
-    max_predictions = int(config["max_predictions_per_seq"])
     stats = {"instances": 0, "swapped": 0, "tokens": 0}
     stats.update(masking_stats(int(config["ngram_masking"])))
-    serialized = []
+    starts = [segment_starts(document) for document in documents]
+    rows = []
     for dupe_round in range(int(config["dupe_factor"])):
         rng = seeded_rng(*seed_scope, "dupe", dupe_round)
-        for document in documents:
-            for instance in create_instances_from_document(
-                    document, max_seq_length, config["short_seq_prob"], rng, vocab.cls_id,
-                    vocab.sep_id):
-                masked = None
-                if not config["dynamic_masking"]:
-                    masked = create_masked_lm_predictions(
-                        instance.tokens, vocab, config["masked_lm_prob"], max_predictions,
-                        config["whole_word_masking"], rng, config["mask_token_rate"],
-                        config["random_token_rate"], int(config["ngram_masking"]))
-                    count_masking(stats, masked)
-                stats["instances"] += 1
-                stats["swapped"] += int(instance.is_swapped)
-                stats["tokens"] += len(instance.tokens) - 3
-                example = to_tf_example(instance, max_seq_length, masked, max_predictions)
-                serialized.append(example.SerializeToString(deterministic=True))
-    seeded_rng(*seed_scope, "shuffle").shuffle(serialized)
+        for index, offsets in enumerate(starts):
+            rows.extend((index, *span) for span in sop_spans(
+                offsets, int(config["max_seq_length"]), config["short_seq_prob"], rng))
+    stream, document_offsets = token_stream(documents)
+    table = np.array(rows, np.int64).reshape(-1, 6)
+    bounds = table[:, 1:5] + document_offsets[table[:, 0]][:, None]
+    swapped = table[:, 5]
+    stats["instances"] = len(table)
+    stats["swapped"] = int(swapped.sum())
+    stats["tokens"] = int((bounds[:, 1] - bounds[:, 0] + bounds[:, 3] - bounds[:, 2]).sum())
+    labels = np.where(swapped > 0, SWAPPED, IN_ORDER)
+    serialized = pair_records(stream, bounds, labels, SOP.feature, vocab, config, seed_scope,
+                              stats)
     return serialized, stats
 
 

@@ -1,11 +1,11 @@
 """ERNIE pretraining records: BERT's masked LM + NSP plus the denoising entity auto-encoder
 (dEA), Zhang et al. 2019 §3.4.
 
-Instances are BERT's (``bert_mlm_nsp.create_instances_from_document``: sentence pairs,
+Instances are BERT's (``nsp_instances.create_pair_spans``: sentence pairs,
 50% random next, truncation, ``[CLS] A [SEP] B [SEP]``) over entity-linked sentences
 (``registry.LINKED_SENTENCES``, linked_documents.py), each token carrying the entity aligned
 to it (the first token of a mention). The tokens are masked as BERT's (§3.1 of Devlin et al.;
-``masking.create_masked_lm_predictions``). The token-entity alignments are then corrupted as
+``masked_records.mask_batch``, a shard's instances in numpy batches). The token-entity alignments are then corrupted as
 §3.4 says: "(1) In 5% of the time, for a given token-entity alignment, we replace the entity
 with another random entity ... (2) In 15% of the time, we mask token-entity alignments ...
 (3) In the rest of the time, we keep token-entity alignments unchanged". The random entity
@@ -29,13 +29,15 @@ from __future__ import annotations
 import functools
 from typing import Iterable, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from lmfactory.components.pretraining_data import mlm_objective, registry
-from lmfactory.components.pretraining_data.bert_mlm_nsp import (
-    NSP, create_instances_from_document, seeded_rng, to_tf_example)
-from lmfactory.components.pretraining_data.masking import (
-    count_masking, create_masked_lm_predictions, int_feature, masking_stats, padded)
+from lmfactory.components.pretraining_data.bert_mlm_nsp import NSP
+from lmfactory.components.pretraining_data.masked_records import (
+    pair_layout, pair_records, token_stream)
+from lmfactory.components.pretraining_data.masking import masking_stats
+from lmfactory.components.pretraining_data.nsp_instances import IS_NEXT, NOT_NEXT, shard_pairs
 
 NAME = "ernie_dea"
 REPLACE_RATE = 0.05  # §3.4 (1): the entity replaced by another random entity
@@ -43,81 +45,60 @@ MASK_RATE = 0.15     # §3.4 (2): the alignment masked (the entity removed from 
 ENTITY_FEATURES = ("entity_ids", "entity_mask", "entity_labels")
 
 
-def corrupt_alignments(tags: Sequence[int], entity_pool: Sequence[int], rng,
-                       replace_rate: float = REPLACE_RATE, mask_rate: float = MASK_RATE):
-    """§3.4's corruption of one sequence's token-entity alignments.
+def entity_features(tag_stream: np.ndarray, pool: np.ndarray, width: int, spans: np.ndarray,
+                    generator: np.random.Generator, stats: dict,
+                    replace_rate: float = REPLACE_RATE, mask_rate: float = MASK_RATE) -> tuple:
+    """§3.4's corruption of a batch's token-entity alignments, with numpy.
 
-    ``tags``: per token, entity index + 1 or 0. ``entity_pool``: the distinct entities a
-    replacement is drawn from. Returns ``(input ids, input mask, labels, weights, counts)``,
-    lists as long as ``tags``."""
-    n = len(tags)
-    ids, mask, labels, weights = [0] * n, [0] * n, [0] * n, [0.0] * n
-    counts = {"aligned_entities": 0, "replaced_entities": 0, "masked_entities": 0}
-    for position, tag in enumerate(tags):
-        if tag <= 0:
-            continue
-        entity = tag - 1
-        labels[position], weights[position] = entity, 1.0
-        counts["aligned_entities"] += 1
-        draw = rng.random()
-        if draw < replace_rate and len(entity_pool) > 1:
-            other = entity_pool[rng.randrange(len(entity_pool) - 1)]
-            if other == entity:  # the pool's last entry stands in for this one
-                other = entity_pool[-1]
-            ids[position], mask[position] = other, 1
-            counts["replaced_entities"] += 1
-        elif draw < replace_rate + mask_rate:
-            counts["masked_entities"] += 1
-        else:
-            ids[position], mask[position] = entity, 1
-    return ids, mask, labels, weights, counts
+    ``tag_stream``: per token of the shard's stream, entity index + 1 or 0; ``spans [B, 4]``
+    the batch's instances in it (laid out as their tokens, ``[CLS]``/``[SEP]`` untagged);
+    ``pool``: the distinct entities a replacement is drawn from (uniformly among those other
+    than the aligned one). Each alignment draws one uniform number: below ``replace_rate``
+    (and with another entity to take) it is replaced, below ``replace_rate + mask_rate``
+    masked, otherwise kept. Returns the int64 features ``entity_ids``, ``entity_mask``,
+    ``entity_labels`` and the float ``entity_label_weights``, all ``[B, width]``, and adds
+    the counts to ``stats``."""
+    tags, _, _ = pair_layout(tag_stream, spans, width, 0, 0)
+    aligned = tags > 0
+    entity = np.where(aligned, tags - 1, 0)
+    draw = generator.random(tags.shape)
+    replace = aligned & (draw < replace_rate) & (len(pool) > 1)
+    masked = aligned & ~replace & (draw < replace_rate + mask_rate)
+    keep = aligned & ~replace & ~masked
+    others = pool[generator.integers(max(1, len(pool) - 1), size=int(replace.sum()))] \
+        if len(pool) > 1 else np.zeros(0, np.int64)
+    others = np.where(others == entity[replace], pool[-1], others)  # the last stands in
+    ids = np.where(keep, entity, 0)
+    ids[replace] = others
+    stats["aligned_entities"] += int(aligned.sum())
+    stats["replaced_entities"] += int(replace.sum())
+    stats["masked_entities"] += int(masked.sum())
+    return ({"entity_ids": ids, "entity_mask": (keep | replace).astype(np.int64),
+             "entity_labels": entity},
+            {"entity_label_weights": aligned.astype(np.float32)})
 
 
 def shard_examples(documents: Sequence, vocab, config: dict, seed_scope: Iterable) -> tuple:
     """All serialized examples of one shard of linked documents (lists of (token ids,
-    entity tags) sentences), shuffled, and their counts."""
+    entity tags) sentences), shuffled, and their counts: BERT's instances as spans of the
+    shard's token stream (``nsp_instances.shard_pairs``), masked and serialized in batches
+    (``masked_records.pair_records``) with the entity features of each batch
+    (:func:`entity_features`)."""
     if config["dynamic_masking"]:
         raise ValueError(f"{NAME} masks statically (its entity corruption is in the "
                          f"records); set dynamic_masking off")
     seed_scope = tuple(seed_scope)
-    # Tokens as (id, tag) pairs, so BERT's instance builder carries each token's entity.
-    paired = [[list(zip(tokens, tags)) for tokens, tags in document] for document in documents]
-    pool = sorted({tag - 1 for document in documents for _, tags in document
-                   for tag in tags if tag > 0})
+    tokens = [[sentence_tokens for sentence_tokens, _ in document] for document in documents]
+    tags = [[sentence_tags for _, sentence_tags in document] for document in documents]
+    pool = np.array(sorted({tag - 1 for document in tags for sentence in document
+                            for tag in sentence if tag > 0}), np.int64)
     stats = {"instances": 0, "random_next": 0, "tokens": 0, "aligned_entities": 0,
              "replaced_entities": 0, "masked_entities": 0, **masking_stats(0)}
-    length = int(config["max_seq_length"])
-    predictions = int(config["max_predictions_per_seq"])
-    serialized = []
-    for dupe_round in range(int(config["dupe_factor"])):
-        rng = seeded_rng(*seed_scope, "dupe", dupe_round)
-        for index in range(len(paired)):
-            for instance in create_instances_from_document(
-                    paired, index, length, config["short_seq_prob"], rng, (vocab.cls_id, 0),
-                    (vocab.sep_id, 0), config["reference_nsp_sampling"]):
-                tokens = [token for token, _ in instance.tokens]
-                tags = [tag for _, tag in instance.tokens]
-                masked = create_masked_lm_predictions(
-                    tokens, vocab, config["masked_lm_prob"], predictions,
-                    config["whole_word_masking"], rng, config["mask_token_rate"],
-                    config["random_token_rate"])
-                count_masking(stats, masked)
-                ids, mask, labels, weights, counts = corrupt_alignments(tags, pool, rng)
-                for key, value in counts.items():
-                    stats[key] += value
-                stats["instances"] += 1
-                stats["random_next"] += int(instance.is_random_next)
-                stats["tokens"] += len(tokens) - 3
-                example = to_tf_example(tokens, instance.segment_ids,
-                                        instance.is_random_next, length, masked, predictions)
-                feature = example.features.feature
-                for name, values in (("entity_ids", ids), ("entity_mask", mask),
-                                     ("entity_labels", labels)):
-                    feature[name].CopyFrom(int_feature(padded(values, length)))
-                feature["entity_label_weights"].CopyFrom(tf.train.Feature(
-                    float_list=tf.train.FloatList(value=padded(weights, length, 0.0))))
-                serialized.append(example.SerializeToString(deterministic=True))
-    seeded_rng(*seed_scope, "shuffle").shuffle(serialized)
+    stream, bounds, is_random_next = shard_pairs(tokens, config, seed_scope, stats)
+    tag_stream, _ = token_stream(tags)
+    extra = functools.partial(entity_features, tag_stream, pool, int(config["max_seq_length"]))
+    serialized = pair_records(stream, bounds, np.where(is_random_next, NOT_NEXT, IS_NEXT),
+                              NSP.feature, vocab, config, seed_scope, stats, extra)
     return serialized, stats
 
 

@@ -21,8 +21,9 @@ Masking is BERT's (§3.1, shared ``masking.py``): ~``masked_lm_prob`` of the tok
 ``cls``/``sep`` (document separators included) are chosen, 80/10/10; with ``dynamic_masking``
 (RoBERTa §4.1) the records keep the unmasked ids and ``features.make_dataset`` masks them on
 every read. ``dupe_factor`` rounds repeat the same blocks with fresh masks (static masking;
-the reference's way of showing each sequence with several masks), each round with its own
-RNG (seed, split, shard, dupe round); under dynamic masking they only repeat the records.
+the reference's way of showing each sequence with several masks), drawn for a whole shard in
+numpy batches (``masked_records.block_records``, the shard's seeded generator); under dynamic
+masking they only repeat the records.
 
 Scale-out: "contiguously" here means within one shard. The Beam pipeline hashes documents into
 shards (see ``executor.py``) and sorts each shard's documents by content hash, so blocks cross
@@ -41,10 +42,10 @@ from typing import Iterable, NamedTuple, Sequence
 import tensorflow as tf
 
 from lmfactory.components.pretraining_data import registry
-from lmfactory.components.pretraining_data.bert_mlm_nsp import seeded_rng
+from lmfactory.components.pretraining_data.masked_records import block_records
 from lmfactory.components.pretraining_data.masking import (
-    BertVocabulary, MaskedLmPredictions, count_masking, create_masked_lm_predictions,
-    int_feature, masked_lm_features, masking_stats, padded)
+    BertVocabulary, MaskedLmPredictions, int_feature, masked_lm_features, masking_stats,
+    padded)
 from lmfactory.components.pretraining_data.mlm_objective import masked_lm_objective
 
 
@@ -110,31 +111,20 @@ def to_tf_example(tokens: Sequence[int], max_seq_length: int,
 def shard_examples(documents: Sequence, vocab: BertVocabulary, config: dict,
                    seed_scope: Iterable) -> tuple:
     """All serialized blocks of one shard (documents in canonical order), shuffled, and
-    their counts."""
+    their counts: each block ``dupe_factor`` times, masked and serialized in batches with
+    numpy (``masked_records.block_records``)."""
     seed_scope = tuple(seed_scope)
-    max_seq_length = int(config["max_seq_length"])
-    max_predictions = int(config["max_predictions_per_seq"])
-    packed = pack_full_sentences(documents, max_seq_length, vocab.cls_id, vocab.sep_id)
-    stats = {"instances": 0, "blocks": len(packed.blocks), "tokens": 0,
+    dupe_factor = int(config["dupe_factor"])
+    packed = pack_full_sentences(documents, int(config["max_seq_length"]), vocab.cls_id,
+                                 vocab.sep_id)
+    content = sum(sum(1 for t in block if t not in (vocab.cls_id, vocab.sep_id))
+                  for block in packed.blocks)
+    stats = {"instances": len(packed.blocks) * dupe_factor, "blocks": len(packed.blocks),
+             "tokens": content * dupe_factor,
              "document_separators": packed.document_separators,
              "split_sentences": packed.split_sentences}
     stats.update(masking_stats(int(config["ngram_masking"])))
-    serialized = []
-    for dupe_round in range(int(config["dupe_factor"])):
-        rng = seeded_rng(*seed_scope, "dupe", dupe_round)
-        for block in packed.blocks:
-            masked = None
-            if not config["dynamic_masking"]:
-                masked = create_masked_lm_predictions(
-                    block, vocab, config["masked_lm_prob"], max_predictions,
-                    config["whole_word_masking"], rng, config["mask_token_rate"],
-                    config["random_token_rate"], int(config["ngram_masking"]))
-                count_masking(stats, masked)
-            stats["instances"] += 1
-            stats["tokens"] += sum(1 for t in block if t not in (vocab.cls_id, vocab.sep_id))
-            example = to_tf_example(block, max_seq_length, masked, max_predictions)
-            serialized.append(example.SerializeToString(deterministic=True))
-    seeded_rng(*seed_scope, "shuffle").shuffle(serialized)
+    serialized = block_records(packed.blocks, dupe_factor, vocab, config, seed_scope, stats)
     return serialized, stats
 
 

@@ -1,8 +1,9 @@
 """Masked-LM records of a whole shard at once: vectorised masking and serialisation.
 
-The two-segment objectives (``bert_mlm_nsp``, ``albert_mlm_sop``) build their sentence-pair
-instances one by one in Python (they depend on the document's segments and on a sequential
-RNG), then hand all instances of a shard to :func:`pair_records`, which
+The two-segment objectives (``bert_mlm_nsp``, ``albert_mlm_sop``, ``ernie_dea``) work out
+their sentence-pair instances one by one in Python as token offsets (they depend on the
+document's segments and on a sequential RNG), then hand all instances of a shard to
+:func:`pair_records` (``mlm``'s FULL-SENTENCES blocks go to :func:`block_records`), which
 
 1. shuffles them (the shard's record order, as ``random.shuffle`` did before),
 2. masks them in batches with numpy (:func:`mask_batch`, the rule of ``masking.py``),
@@ -27,6 +28,7 @@ serialisation.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from typing import NamedTuple, Sequence
@@ -163,7 +165,8 @@ def token_stream(documents: Sequence[Sequence[Sequence[int]]]) -> tuple:
 
 
 def pair_records(stream: np.ndarray, spans: np.ndarray, labels: np.ndarray, label_name: str,
-                 vocab: BertVocabulary, config: dict, seed_scope: tuple, stats: dict) -> list:
+                 vocab: BertVocabulary, config: dict, seed_scope: tuple, stats: dict,
+                 extra=None) -> list:
     """The shuffled, serialized records of a shard's two-segment instances.
 
     ``spans [N, 4]``: ``a_start, a_end, b_start, b_end`` of each instance in ``stream``
@@ -171,16 +174,46 @@ def pair_records(stream: np.ndarray, spans: np.ndarray, labels: np.ndarray, labe
     ``[CLS] A [SEP]``, 1 for ``B [SEP]``); ``labels [N]`` the sentence-level labels.
     Records: ``input_ids[L]``, ``input_mask[L]``, ``segment_ids[L]``, ``label_name[1]`` and,
     with static masking, ``masked_lm_positions/ids/weights[P]`` (CONTRACTS §3). Adds the
-    masking counts to ``stats``.
+    masking counts to ``stats``. ``extra(spans [B, 4], generator, stats) -> (int64 features,
+    float features)``: more ``[B, ...]`` features of a batch (e.g. ERNIE's entities), drawn
+    after its masks.
     """
     order = seeded_generator(*seed_scope, "shuffle").permutation(len(spans))
     generator = seeded_generator(*seed_scope, "mask")
     tables = VocabularyTables.of(vocab) if not config["dynamic_masking"] else None
+    length = int(config["max_seq_length"])
     records = []
     for start in range(0, len(spans), BATCH):
         chosen = order[start:start + BATCH]
-        records.extend(_pair_batch(stream, spans[chosen], labels[chosen], label_name, vocab,
-                                   tables, config, generator, stats))
+        tokens, lengths, segment_ids = pair_layout(stream, spans[chosen], length, vocab.cls_id,
+                                                   vocab.sep_id)
+        features = {"segment_ids": segment_ids,
+                    label_name: np.asarray(labels, np.int64)[chosen][:, None]}
+        records.extend(_masked_batch(tokens, lengths, features, vocab, tables, config,
+                                     generator, stats, extra and functools.partial(
+                                         extra, spans[chosen])))
+    return records
+
+
+def block_records(blocks: list, repeats: int, vocab: BertVocabulary, config: dict,
+                  seed_scope: tuple, stats: dict) -> list:
+    """The shuffled, serialized records of one-segment blocks (token-id lists, ``cls`` ...
+    ``sep`` included), each block ``repeats`` times with its own mask: ``input_ids[L]``,
+    ``input_mask[L]`` and, with static masking, ``masked_lm_*[P]``. Adds the masking counts
+    to ``stats``."""
+    length = int(config["max_seq_length"])
+    matrix = np.zeros((len(blocks), length), np.int64)
+    lengths = np.fromiter(map(len, blocks), np.int64, count=len(blocks))
+    if len(blocks):
+        matrix[np.arange(length) < lengths[:, None]] = np.concatenate(blocks)
+    order = seeded_generator(*seed_scope, "shuffle").permutation(len(blocks) * repeats)
+    generator = seeded_generator(*seed_scope, "mask")
+    tables = VocabularyTables.of(vocab) if not config["dynamic_masking"] else None
+    records = []
+    for start in range(0, len(order), BATCH):
+        rows = order[start:start + BATCH] % max(1, len(blocks))
+        records.extend(_masked_batch(matrix[rows], lengths[rows], {}, vocab, tables, config,
+                                     generator, stats))
     return records
 
 
@@ -203,15 +236,13 @@ def pair_layout(stream: np.ndarray, spans: np.ndarray, width: int, cls_id: int, 
     return tokens, lengths[:, 0], segment_ids
 
 
-def _pair_batch(stream, spans, labels, label_name, vocab, tables, config, generator,
-                stats) -> list:
-    length = int(config["max_seq_length"])
+def _masked_batch(tokens, lengths, features, vocab, tables, config, generator, stats,
+                  extra=None) -> list:
+    """Serialized records of one batch: ``features`` plus ``input_mask``, ``input_ids`` and
+    (static masking) the masked-LM slots, masked with ``generator``."""
+    length = tokens.shape[1]
     predictions = int(config["max_predictions_per_seq"])
-    tokens, lengths, segment_ids = pair_layout(stream, spans, length, vocab.cls_id,
-                                               vocab.sep_id)
-    features = {"input_mask": (np.arange(length) < lengths[:, None]).astype(np.int64),
-                "segment_ids": segment_ids,
-                label_name: np.asarray(labels, np.int64)[:, None]}
+    features = dict(features, input_mask=(np.arange(length) < lengths[:, None]).astype(np.int64))
     if config["dynamic_masking"]:
         features["input_ids"] = tokens
         return serialize_examples(features)
@@ -225,7 +256,12 @@ def _pair_batch(stream, spans, labels, label_name, vocab, tables, config, genera
             stats[name] += value
     features.update(input_ids=masked.input_ids, masked_lm_positions=masked.positions,
                     masked_lm_ids=masked.labels)
-    return serialize_examples(features, {"masked_lm_weights": masked.weights})
+    floats = {"masked_lm_weights": masked.weights}
+    if extra is not None:
+        more_ints, more_floats = extra(generator, stats)
+        features.update(more_ints)
+        floats.update(more_floats)
+    return serialize_examples(features, floats)
 
 
 def _ngram_batch(tokens, lengths, vocab, config, generator, predictions, stats) -> MaskedBatch:

@@ -31,7 +31,8 @@ import dataclasses
 import re
 from typing import NamedTuple, Sequence
 
-import tensorflow as tf
+# No TensorFlow at import: a Beam worker building a shard imports this module
+# (nsp_instances.py); only the one-record ``tf.train.Feature`` helpers below import it.
 
 WORDPIECE_CONTINUATION = "##"
 BPE_WORD_START = "\u0120"           # "Ġ": GPT-2's stand-in for the space byte
@@ -286,7 +287,10 @@ def _replacement_id(kind, original, vocab: BertVocabulary, rng) -> int:
 # --------------------------------------------------------------------------- records
 
 
-def int_feature(values) -> tf.train.Feature:
+def int_feature(values):
+    """A ``tf.train.Feature`` of int64 values."""
+    import tensorflow as tf
+
     return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
 
 
@@ -296,6 +300,8 @@ def padded(values, length, pad=0) -> list:
 
 def masked_lm_features(masked: MaskedLmPredictions, max_predictions_per_seq: int) -> dict:
     """``masked_lm_positions/ids/weights[P]`` (google-research/bert names, CONTRACTS §3)."""
+    import tensorflow as tf
+
     count = len(masked.positions)
     return {
         "masked_lm_positions": int_feature(padded(masked.positions, max_predictions_per_seq)),

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from lmfactory.models.named_registry import NamedRegistry
 
-# How `executor._TokenizeDocuments` turns a corpus document (CONTRACTS §1: sentences joined by
+# How `beam_steps.TokenizeDocuments` turns a corpus document (CONTRACTS §1: sentences joined by
 # "\n") into what ``shard_examples`` receives:
 # SENTENCES: a list of token-id arrays, one per non-blank line (blank lines and sentences that
 #   tokenize to nothing are dropped; a document left with none is dropped);
@@ -55,9 +55,9 @@ class Objective:
         vocabulary_state: ``fn(tokenizer, tokenizer_config) -> state`` (the config holds
             the folder's path under ``VOCABULARY_FOLDER`` too): what building
             examples needs from the vocabulary (e.g. the masking ids, the end-of-text id),
-            built once per Beam worker in ``executor._WriteShard.setup``; raises
-            ``ValueError`` when the vocabulary lacks a token the objective needs
-            (``executor.describe_vocabulary`` calls it before the pipeline runs, to fail early).
+            built once by ``executor.describe_vocabulary`` and shipped to the Beam workers with
+            the shard step (so it must pickle); raises ``ValueError`` when the vocabulary
+            lacks a token the objective needs.
         shard_examples: ``fn(documents, state, config, seed_scope) -> (records, stats)``:
             the serialized ``tf.train.Example`` records of one shard and their counts.
             ``documents`` are in canonical order (sorted by content hash), each in the

@@ -114,6 +114,17 @@ SIGNATURES = (
         {"text": ["paris is the capital of france"], "head": ["paris"],
          "tail": ["france"]}),
     SignatureDoc(
+        "entity-typing", "entity_typing",
+        "Entity typing of a marked mention, multi-label (ERNIE, FB15k-237 types)", "typing",
+        "serving_default",
+        (Port("text", _TEXT, "[B]", "the sentence"),
+         Port("mention", _TEXT, "[B]", "the entity's mention, as written in the sentence "
+              "(its first occurrence is marked)")),
+        (Port("probabilities", "float32", "[B, K]", "a sigmoid per type (K types)"),
+         Port("labels", _TEXT, "[B]", "the names of the types above 0.5, most probable "
+              "first, separated by spaces (\"\" when none is)")),
+        {"text": ["paris is the capital of france"], "mention": ["paris"]}),
+    SignatureDoc(
         "tagging", "tagging", "Token tagging (NER, WNUT-17 / CoNLL)", "ner", "serving_default",
         (Port("sentences", _TEXT, "[B]", "sentences; words are split on whitespace"),),
         (Port("tags", _TEXT, "[B, W]", "one tag per word, rows padded with \"\""),

@@ -22,7 +22,8 @@ Kinds: ``classification`` and ``regression`` (classification.py), ``language_mod
 ``span_qa``, ``multiple_choice``, ``word_vectors`` (continued word-vector training, vectors
 served; it also exports the Pretrainer's models of its objectives, `serving_kind`),
 ``relation_classification`` (relation_classification.py: marked head / tail mentions, ERNIE
-§3.5).
+§3.5), ``entity_typing`` (entity_typing.py: one marked mention, multi-label types, ERNIE
+§3.5 / §4.1).
 """
 
 from lmfactory.components.tasks.registry import (  # noqa: F401
@@ -38,6 +39,7 @@ from lmfactory.components.tasks import word_vectors  # noqa: E402,F401  isort:sk
 from lmfactory.components.tasks import translation  # noqa: E402,F401  isort:skip
 from lmfactory.components.tasks import text_to_text  # noqa: E402,F401  isort:skip
 from lmfactory.components.tasks import relation_classification  # noqa: E402,F401  isort:skip
+from lmfactory.components.tasks import entity_typing  # noqa: E402,F401  isort:skip
 
 __all__ = ["TaskKind", "for_recipe", "get", "names", "recipe_tasks", "register",
            "serving_kind", "unregister"]

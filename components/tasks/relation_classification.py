@@ -55,21 +55,25 @@ def check_recipe(check, recipe: dict, arch) -> None:
             check.fail(f"finetuning.task_args.{name}", f"one character, got {value!r}")
 
 
-def label_vocabulary(file_patterns, label_feature: str, batch_size: int = 512) -> list:
-    """The relations of the records: those of the first pattern (the train split) most
-    frequent first (ties by name), then any only the others hold (an eval relation the
-    train split lacks still gets a class, which the model never predicts)."""
+def label_vocabulary(file_patterns, label_feature: str, batch_size: int = 512,
+                     multi_label: bool = False, what: str = "relation classification",
+                     ) -> list:
+    """The labels of the records: those of the first pattern (the train split) most
+    frequent first (ties by name), then any only the others hold (an eval label the train
+    split lacks still gets a class, which the model never predicts). ``multi_label``: a
+    value holds several labels separated by whitespace (entity typing's types)."""
     counts = []
     spec = {label_feature: tf.io.FixedLenFeature([], tf.string)}
     for pattern in file_patterns:
         counts.append(collections.Counter())
         for batch in task_data.read_records(pattern).batch(batch_size):
             parsed = tf.io.parse_example(batch, spec)
-            counts[-1].update(value.decode("utf-8").strip()
-                              for value in parsed[label_feature].numpy())
+            for value in parsed[label_feature].numpy():
+                value = value.decode("utf-8").strip()
+                counts[-1].update(value.split() if multi_label else [value])
     if len(counts[0]) < 2:
-        raise ValueError(f"relation classification needs two relations or more in "
-                         f"{file_patterns[0]}, got {sorted(counts[0])}")
+        raise ValueError(f"{what} needs two labels or more in {file_patterns[0]}, got "
+                         f"{sorted(counts[0])}")
     by_frequency = lambda count: [name for name, _ in sorted(  # noqa: E731
         count.items(), key=lambda item: (-item[1], item[0]))]
     labels = by_frequency(counts[0])
@@ -78,23 +82,36 @@ def label_vocabulary(file_patterns, label_feature: str, batch_size: int = 512) -
     return labels
 
 
+def marking_preprocessor(kind_name: str, vocab_dir: str, architecture: str,
+                         sequence_length: int, task_args: dict, marker_args: dict,
+                         marking_layer, num_segments: int):
+    """The architecture's own preprocessor for the kind, else ``marking_layer`` (with the
+    marks of ``task_args``, defaults ``marker_args``) over the architecture's one-segment
+    classification preprocessor (the other ``task_args`` go to it)."""
+    from lmfactory import models
+    from lmfactory.models.classifier_preprocessor import classifier_preprocessor
+
+    own = models.get(architecture).preprocessor(kind_name)
+    if own is not None:
+        return own(vocab_dir, sequence_length, num_segments, dict(task_args))
+    markers = {name: task_args.get(name, default) for name, default in marker_args.items()}
+    head_args = {k: v for k, v in task_args.items() if k not in marker_args}
+    inner = classifier_preprocessor(vocab_dir, architecture, sequence_length,
+                                    num_text_features=1, task_args=head_args)
+    return marking_layer(inner, **markers)
+
+
 def relation_preprocessor(vocab_dir: str, architecture: str, sequence_length: int,
                           task_args: dict):
     """The architecture's own ``relation_classification`` preprocessor, else the marking
     layer over its one-segment classification preprocessor."""
-    from lmfactory import models
-    from lmfactory.models.classifier_preprocessor import classifier_preprocessor
     from lmfactory.models.tasks.relation_marking import (DEFAULT_MARKERS,
                                                          RelationMarkingPreprocessor)
 
-    own = models.get(architecture).preprocessor(RELATION_CLASSIFICATION.name)
-    if own is not None:
-        return own(vocab_dir, sequence_length, 3, dict(task_args))
-    markers = {name: task_args.get(name, DEFAULT_MARKERS[name]) for name in MARKER_ARGS}
-    head_args = {k: v for k, v in task_args.items() if k not in MARKER_ARGS}
-    inner = classifier_preprocessor(vocab_dir, architecture, sequence_length,
-                                    num_text_features=1, task_args=head_args)
-    return RelationMarkingPreprocessor(inner, **markers)
+    return marking_preprocessor(RELATION_CLASSIFICATION.name, vocab_dir, architecture,
+                                sequence_length, task_args,
+                                {name: DEFAULT_MARKERS[name] for name in MARKER_ARGS},
+                                RelationMarkingPreprocessor, 3)
 
 
 def _classification_task(task: dict) -> dict:

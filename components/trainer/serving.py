@@ -97,6 +97,29 @@ class ClassifierServing(tf.Module):
         return classify.get_concrete_function()
 
 
+class MultiLabelServing(ClassifierServing):
+    """``serving_default(<text feature>...) -> {probabilities [B, K], labels [B]}`` of a
+    multi-label classifier (entity typing): a sigmoid per label, and the names of the labels
+    whose probability is above ``threshold`` (0.5: a logit above 0, as the released ERNIE
+    typing code decides), most probable first, separated by spaces ("" when none is)."""
+
+    def __init__(self, preprocessor, model, text_features, label_vocabulary,
+                 threshold: float = 0.5):
+        if not label_vocabulary:
+            raise ValueError("a multi-label classifier needs its label_vocabulary")
+        super().__init__(preprocessor, model, text_features, label_vocabulary=label_vocabulary)
+        self.threshold = float(threshold)
+
+    def _outputs(self, logits) -> dict:
+        probabilities = tf.sigmoid(tf.cast(logits, tf.float32))
+        order = tf.argsort(probabilities, axis=-1, direction="DESCENDING", stable=True)
+        names = tf.gather(tf.constant(self.label_vocabulary), order)
+        above = tf.gather(probabilities, order, batch_dims=1) > self.threshold
+        labels = tf.strings.reduce_join(tf.ragged.boolean_mask(names, above), axis=-1,
+                                        separator=" ")
+        return {"probabilities": probabilities, "labels": labels}
+
+
 class EncoderServing(tf.Module):
     """``serving_default(text) -> {pooled_output [B, H], sequence_output [B, L, H]}``."""
 

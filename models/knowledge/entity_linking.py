@@ -194,10 +194,11 @@ class EntityLinkingLayer(keras.layers.Layer):
             take = (i >= next_free) & (best_at_i > 0)
             return tf.where(take, i + best_at_i, next_free), take, i + 1
 
-        batch = tf.shape(texts, out_type=tf.int64)[:1]
+        # The state's static shape is that of a column of ``best`` (a static batch of one
+        # text would otherwise enter the scan as (1,) and leave it as (None,)).
+        column = tf.zeros_like(best[:, 0])
         _, taken, _ = tf.scan(scan_step, tf.transpose(best),
-                              initializer=(tf.zeros(batch, tf.int64),
-                                           tf.zeros(batch, tf.bool),
+                              initializer=(column, tf.cast(column, tf.bool),
                                            tf.constant(0, tf.int64)))
         taken = tf.transpose(taken)
         last_word = tf.maximum(positions + best - 1, 0)

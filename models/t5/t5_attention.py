@@ -11,6 +11,8 @@ The inner width is ``num_heads * head_dim``, which T5.1.1 sets apart from d_mode
 import keras
 from keras import ops
 
+from lmfactory.models import decoder_cache
+
 _MASKED = -1e9
 
 
@@ -91,6 +93,33 @@ class T5Attention(keras.layers.Layer):
         if cache is not None:
             return output, (keys, values)
         return output
+
+    def attend_over_buffers(self, query, keys, values, index, bias=None,
+                            attention_mask=None, training=False):
+        """Self-attention while decoding over heads-first buffers (models/decoder_cache.py):
+        writes the keys/values of ``query`` [B, n, d_model] (positions ``index, ...``) into
+        ``keys`` / ``values`` [B, heads, max_length, d_kv] in place, then attends over every
+        buffered position with ``bias`` [1, heads, n, max_length] and ``attention_mask``
+        (bool, [B or 1, n, max_length]): the arithmetic of `call`, the two products as
+        batched matmuls on the buffers. Returns (output [B, n, d_model], (keys, values))."""
+        new_keys, new_values = self.key_values(query)
+        keys = decoder_cache.write_positions(keys, decoder_cache.heads_first(new_keys), index)
+        values = decoder_cache.write_positions(values, decoder_cache.heads_first(new_values),
+                                               index)
+        q = decoder_cache.heads_first(self.split_heads(self.query_dense(query)))
+        logits = decoder_cache.buffer_logits(q, keys)  # no 1/sqrt(d_kv) (see above)
+        if bias is not None:
+            logits = logits + ops.cast(bias, logits.dtype)
+        if attention_mask is not None:
+            logits = ops.where(ops.cast(attention_mask, "bool")[:, None], logits,
+                               ops.cast(_MASKED, logits.dtype))
+        weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        weights = self.dropout_layer(ops.cast(weights, self.compute_dtype), training=training)
+        attended = decoder_cache.buffer_mix(weights, values)  # [B, n, heads, d_kv]
+        shape = ops.shape(attended)
+        output = self.output_dense(ops.reshape(
+            attended, (shape[0], shape[1], self.num_heads * self.head_dim)))
+        return output, (keys, values)
 
     def get_config(self):
         config = super().get_config()

@@ -21,6 +21,7 @@ import keras
 import keras_nlp
 from keras import ops
 
+from lmfactory.models import decoder_cache
 from lmfactory.models.backbone import Backbone, check_head_split
 from lmfactory.models.t5.t5_feed_forward import FEED_FORWARD_KINDS
 from lmfactory.models.t5.t5_stack import T5Stack
@@ -46,8 +47,9 @@ class T5Backbone(Backbone):
 
     Decoding state (models/generation.py): ``initial_state(batch, max_length,
     encoder_token_ids=..., encoder_padding_mask=...)`` runs the encoder once; the state is
-    ``{"self_attention": [B, L, 2, max_length, heads, d_kv], "cross_attention": [B, L, 2, S,
-    heads, d_kv] (static), "encoder_padding_mask": [B, S] (static)}``; `call_with_state`
+    ``{"self_attention": ((keys, values), ...) (per decoder layer, [B, heads, max_length,
+    d_kv] each, `models/decoder_cache.py`), "cross_attention": [B, L, 2, S, heads, d_kv]
+    (static), "encoder_padding_mask": [B, S] (static)}``; `call_with_state`
     adds the decoder's relative bias of the positions ``index, ...`` against the cache.
 
     Args:
@@ -127,9 +129,10 @@ class T5Backbone(Backbone):
         encoder_padding_mask = ops.cast(encoder_padding_mask, "int32")
         encoded = self.encoder(self.token_embedding(encoder_token_ids), encoder_padding_mask)
         cross = self.decoder.cross_attention_cache(encoded)
-        shape = (batch_size, self.decoder.num_layers, 2, max_length, self.num_heads,
-                 self.decoder.head_dim)
-        return {"self_attention": ops.zeros(shape, dtype=cross.dtype),
+        self_attention = decoder_cache.initial_state(
+            self.decoder.transformer_layers, batch_size, max_length, self.num_heads,
+            self.decoder.head_dim)
+        return {"self_attention": self_attention,
                 "cross_attention": cross, "encoder_padding_mask": encoder_padding_mask}
 
     def call_with_state(self, token_ids, state, index):

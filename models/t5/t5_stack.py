@@ -82,23 +82,28 @@ class T5Stack(keras.layers.Layer):
     def decode(self, x, self_attention_cache, cross_attention_cache, encoder_padding_mask,
                index):
         """A decoding step: embedded tokens x [B, n, d_model] at positions ``index``, ...
-        -> (output [B, n, d_model], the updated self-attention cache [B, L, 2, max_length,
-        heads, d_kv]). Each layer writes the keys/values of these positions in place and
-        attends over the positions filled so far (`decoder_cache.cached_block_call`); the
-        bias is that of the positions ``index + i`` against those, and keys after a query
-        are masked (causal)."""
+        -> (output [B, n, d_model], the updated self-attention cache: per layer (keys,
+        values) [B, heads, max_length, d_kv]). Each layer writes the keys/values of these
+        positions in place and attends over its whole buffers
+        (`decoder_cache.cached_block_call`, `T5TransformerLayer.call_with_buffers`); the
+        bias is that of the positions ``index + i`` against every buffered position, and
+        keys after a query are masked (causal)."""
         n = ops.shape(x)[1]
         queries = ops.arange(n, dtype="int32") + ops.cast(index, "int32")
-        keys = ops.arange(index + n, dtype="int32")  # the positions filled so far
+        keys = ops.arange(ops.shape(self_attention_cache[0][0])[2], dtype="int32")
         bias = self.relative_position_bias(queries, keys)
-        mask = (keys[None, :] <= queries[:, None])[None]  # [1, n, index + n]
+        mask = (keys[None, :] <= queries[:, None])[None]  # [1, n, max_length]
         cross_mask = ops.cast(encoder_padding_mask, "bool")[:, None, :]
-        for i, layer in enumerate(self.transformer_layers):
+        updated = []
+        for i, (layer, layer_state) in enumerate(zip(self.transformer_layers,
+                                                     self_attention_cache)):
             cross = (cross_attention_cache[:, i, 0], cross_attention_cache[:, i, 1])
-            (x, _), self_attention_cache = decoder_cache.cached_block_call(
-                layer, x, self_attention_cache, i, index, self_attention_bias=bias,
+            x, layer_state = decoder_cache.cached_block_call(
+                layer, x, layer_state, index, self_attention_bias=bias,
                 self_attention_mask=mask, cross_attention_mask=cross_mask,
                 cross_attention_cache=cross)
+            updated.append(layer_state)
+        self_attention_cache = tuple(updated)
         return self.final_layer_norm(x), self_attention_cache
 
     def get_config(self):

@@ -14,7 +14,6 @@ written here.
 """
 
 import keras
-from keras import ops
 
 from lmfactory.models.t5.t5_attention import T5Attention
 from lmfactory.models.t5.t5_feed_forward import T5FeedForward
@@ -61,33 +60,35 @@ class T5TransformerLayer(keras.layers.Layer):
                                           name="feed_forward")
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=policy)
 
-    def self_attention_keys_values(self, x):
-        """The self-attention keys and values [B, 2, T, heads, d_kv] of x [B, T, d_model]
-        (the hook of `decoder_cache.cached_block_call`)."""
-        return ops.stack(self.self_attention.key_values(self.self_attention_layer_norm(x)),
-                         axis=1)
-
-    def call_with_filled_cache(self, x, cache, index, **kwargs):
-        """The layer at positions ``index, ...`` over ``cache`` [B, 2, Tk, heads, d_kv],
-        which already holds their keys and values (`decoder_cache.cached_block_call`);
-        ``kwargs`` as `call` (the bias and mask over the Tk cached positions)."""
-        del index  # the bias and mask carry the positions
-        return self(x, self_attention_cache=(cache[:, 0], cache[:, 1]), cache_index=None,
-                    **kwargs)
+    def call_with_buffers(self, x, keys, values, index, **kwargs):
+        """The layer at positions ``index, ...`` over its self-attention buffers ``keys`` /
+        ``values`` [B, heads, max_length, d_kv] (`decoder_cache.cached_block_call`): writes
+        the keys/values of these positions there and attends over every buffered position
+        (`T5Attention.attend_over_buffers`); ``kwargs`` as `call` (the bias and mask over
+        the max_length positions). Returns (x, keys, values)."""
+        index = keras.ops.convert_to_tensor(index, "int32")  # a tensor, as the buffers
+        x, (keys, values) = self(x, self_attention_buffers=(keys, values, index), **kwargs)
+        return x, keys, values
 
     def call(self, x, self_attention_bias, self_attention_mask, encoder_outputs=None,
              cross_attention_mask=None, self_attention_cache=None, cache_index=None,
-             cross_attention_cache=None, training=False):
+             cross_attention_cache=None, self_attention_buffers=None, training=False):
         """x [B, T, d_model] -> (x, the updated self-attention cache or None).
 
         self_attention_bias: [1, heads, T, Tk] (the stack's shared relative bias);
         self_attention_mask: bool [B or 1, T, Tk]; encoder_outputs [B, S, d_model] and
         cross_attention_mask bool [B, 1, S] (decoder); with ``self_attention_cache`` (keys,
         values [B, L, heads, d_kv]) and ``cache_index`` the decoding step writes its keys /
-        values there; ``cross_attention_cache`` holds the encoder's keys / values.
+        values there; with ``self_attention_buffers`` (keys, values [B, heads, max_length,
+        d_kv], index) it does so in the decoding buffers (`call_with_buffers`);
+        ``cross_attention_cache`` holds the encoder's keys / values.
         """
         normed = self.self_attention_layer_norm(x)
-        if self_attention_cache is not None:
+        if self_attention_buffers is not None:
+            attended, self_attention_cache = self.self_attention.attend_over_buffers(
+                normed, *self_attention_buffers, bias=self_attention_bias,
+                attention_mask=self_attention_mask, training=training)
+        elif self_attention_cache is not None:
             attended, self_attention_cache = self.self_attention(
                 normed, bias=self_attention_bias, attention_mask=self_attention_mask,
                 cache=self_attention_cache, cache_index=cache_index, training=training)

@@ -1,5 +1,6 @@
-"""Relation classification inputs: the raw text with its head and tail entity mentions
-marked, then packed by the architecture's classification preprocessor.
+"""Relation classification and entity typing inputs: the raw text with its head and tail
+entity mentions (or its one entity mention, `EntityMarkingPreprocessor`) marked, then
+packed by the architecture's classification preprocessor.
 
 ERNIE §3.5 (Figure 3, "Relation Classification"): "ERNIE applies a novel way to fine-tune
 the relation classification task by modifying the input token sequence by adding two mark
@@ -69,6 +70,19 @@ def _token_id(tokenizer, token: str):
         return None
 
 
+def check_markers(inner, markers: dict) -> None:
+    """Each mark (``{task_args name: mark}``) must be one token of ``inner``'s vocabulary (a
+    one-line ValueError naming the recipe field otherwise)."""
+    tokenizer = getattr(inner, "tokenizer", None)
+    if tokenizer is None:
+        return
+    for name, marker in markers.items():
+        if "\\" in marker or not marker.strip() or _token_id(tokenizer, marker) is None:
+            raise ValueError(f"{name} {marker!r} is not a token of the vocabulary; choose a "
+                             f"single character the vocabulary holds "
+                             f"(finetuning.task_args.{name})")
+
+
 @keras.saving.register_keras_serializable(package="lmfactory")
 class RelationMarkingPreprocessor(keras.layers.Layer):
     """``(text, head, tail)`` batches of raw strings [B] -> the classification head's inputs
@@ -89,15 +103,8 @@ class RelationMarkingPreprocessor(keras.layers.Layer):
         if self.head_marker == self.tail_marker:
             raise ValueError(f"head_marker and tail_marker must differ (§3.5 [HD] / [TL]), "
                              f"both are {self.head_marker!r}")
-        tokenizer = getattr(inner, "tokenizer", None)
-        if tokenizer is not None:
-            for name, marker in (("head_marker", self.head_marker),
-                                 ("tail_marker", self.tail_marker)):
-                if "\\" in marker or not marker.strip() or _token_id(tokenizer,
-                                                                      marker) is None:
-                    raise ValueError(f"{name} {marker!r} is not a token of the vocabulary; "
-                                     f"choose a single character the vocabulary holds "
-                                     f"(finetuning.task_args.{name})")
+        check_markers(inner, {"head_marker": self.head_marker,
+                              "tail_marker": self.tail_marker})
 
     def mark(self, texts, heads, tails):
         texts, heads, tails = (tf.reshape(tf.convert_to_tensor(value, tf.string), [-1])
@@ -113,6 +120,58 @@ class RelationMarkingPreprocessor(keras.layers.Layer):
         config = super().get_config()
         config.update({"inner": keras.saving.serialize_keras_object(self.inner),
                        "head_marker": self.head_marker, "tail_marker": self.tail_marker})
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config["inner"] = keras.saving.deserialize_keras_object(config["inner"])
+        return cls(**config)
+
+
+DEFAULT_ENTITY_MARKER = "*"
+
+
+def mark_entity(text: str, mention: str, entity_marker: str = DEFAULT_ENTITY_MARKER) -> str:
+    """The reference (Python) marking of entity typing: the first occurrence of ``mention``
+    not glued to a word character put between two ``entity_marker``s."""
+    return _mark_one(text, mention, entity_marker)
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class EntityMarkingPreprocessor(keras.layers.Layer):
+    """``(text, mention)`` batches of raw strings [B] -> the classification head's inputs of
+    the text with the mention marked, then ``inner``. Entity typing, ERNIE §3.5 (Figure
+    3): the input sequence is modified by a mention mark token [ENT] around the entity
+    mention, and the sequence is classified from [CLS] as for relation classification; the
+    released thunlp/ERNIE code/run_typing.py writes the mark as one ordinary vocabulary
+    character on both sides of the mention, as `mark_entity` does here.
+
+    Args:
+        inner: the architecture's one-segment classification preprocessor.
+        entity_marker: the mark token ([ENT]); one token of the inner preprocessor's
+            vocabulary (a one-line ValueError otherwise).
+    """
+
+    def __init__(self, inner, entity_marker: str = DEFAULT_ENTITY_MARKER, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = inner
+        self.entity_marker = str(entity_marker)
+        check_markers(inner, {"entity_marker": self.entity_marker})
+
+    def mark(self, texts, mentions):
+        texts, mentions = (tf.reshape(tf.convert_to_tensor(value, tf.string), [-1])
+                           for value in (texts, mentions))
+        return _tf_mark(texts, mentions, self.entity_marker)
+
+    def call(self, segments):
+        if not isinstance(segments, (list, tuple)) or len(segments) != 2:
+            raise ValueError("EntityMarkingPreprocessor takes (text, mention)")
+        return self.inner((self.mark(*segments),))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"inner": keras.saving.serialize_keras_object(self.inner),
+                       "entity_marker": self.entity_marker})
         return config
 
     @classmethod

@@ -52,9 +52,10 @@ class TransformerBackbone(Backbone):
 
     Decoding state (models/generation.py): ``initial_state(batch, max_length,
     encoder_token_ids=..., encoder_padding_mask=...)`` runs the encoder once and returns
-    ``{"self_attention": [B, N, 2, max_length, heads, head_dim]`` (the decoder's per-layer
-    key/value cache, written per position), ``"cross_attention": [B, N, 2, S, heads,
-    head_dim]`` (each layer's keys and values of the encoder output, computed once),
+    ``{"self_attention": ((keys, values), ...)`` (the decoder's per-layer key/value buffers,
+    [B, heads, max_length, head_dim] each, written per position, `models/decoder_cache.py`),
+    ``"cross_attention": ([B, 2, S, heads, head_dim], ...)`` (each layer's keys and values
+    of the encoder output, computed once),
     ``"encoder_outputs": [B, S, hidden_dim]``, ``"encoder_padding_mask": [B, S]}`` (the last
     three static); ``call_with_state`` runs decoder positions ``index, ...`` on it.
 
@@ -182,9 +183,10 @@ class TransformerBackbone(Backbone):
             attention = block._cross_attention_layer  # keras-nlp's CachedMultiHeadAttention
             cross.append(ops.stack([attention._key_dense(encoded),
                                     attention._value_dense(encoded)], axis=1))
-        shape = [batch_size, self.num_layers, 2, max_length, self.num_heads, self.head_dim]
-        return {"self_attention": ops.zeros(shape, dtype=encoded.dtype),
-                "cross_attention": ops.stack(cross, axis=1),
+        self_attention = decoder_cache.initial_state(self.decoder_layers, batch_size,
+                                                     max_length, self.num_heads, self.head_dim)
+        return {"self_attention": self_attention,
+                "cross_attention": tuple(cross),
                 "encoder_outputs": encoded,
                 "encoder_padding_mask": encoder_padding_mask}
 
@@ -195,14 +197,17 @@ class TransformerBackbone(Backbone):
         slice of ``state["self_attention"]`` and attends causally over the cache; the
         cross-attention reads the precomputed keys / values."""
         x = self.embed(token_ids, start_index=index)
-        self_attention = state["self_attention"]
-        for i, block in enumerate(self.decoder_layers):
-            outputs, self_attention = decoder_cache.cached_block_call(
-                block, x, self_attention, i, index,
+        mask = decoder_cache.buffer_attention_mask(
+            ops.shape(x)[1], index, ops.shape(state["self_attention"][0][0])[2])
+        self_attention = []
+        for block, layer_state, cross in zip(self.decoder_layers, state["self_attention"],
+                                             state["cross_attention"]):
+            x, layer_state = decoder_cache.cached_block_call(
+                block, x, layer_state, index, mask=mask,
                 encoder_sequence=state["encoder_outputs"],
                 encoder_padding_mask=state["encoder_padding_mask"],
-                cross_attention_cache=state["cross_attention"][:, i, ...],
-                cross_attention_cache_update_index=None, training=False)
-            x = outputs[0]
+                cross_attention_cache=cross, cross_attention_cache_update_index=None,
+                training=False)
+            self_attention.append(layer_state)
         x = self._final(self.decoder_final_layer_norm, x)
-        return x, dict(state, self_attention=self_attention)
+        return x, dict(state, self_attention=tuple(self_attention))

@@ -38,18 +38,21 @@ def synthetic_batch(objective, vocabulary_size):
 
 def record_reverse_calls(monkeypatch, unfold_batch=None):
     """Patches `ReversibleEmbedding.call` to record each reverse call as (layer, inputs,
-    logits). With ``unfold_batch`` = B, a folded call [1, N, H] is computed unfolded, as
-    [B, N / B, H] (keras-nlp's own call on the unfolded hidden states), and folded back."""
+    logits). With ``unfold_batch`` = B, a folded call ([1, N, H] or [N, H]) is computed
+    unfolded, as [B, N / B, H] (keras-nlp's own call on the unfolded hidden states), and
+    folded back."""
     records = []
     original = ReversibleEmbedding.call
 
     def call(self, inputs, reverse=False):
         if not reverse:
             return original(self, inputs)
-        if unfold_batch and len(inputs.shape) == 3 and inputs.shape[0] == 1:
+        folded = len(inputs.shape) == 2 or (len(inputs.shape) == 3 and inputs.shape[0] == 1)
+        rows = inputs.shape[-2]
+        if unfold_batch and folded and rows is not None and rows % unfold_batch == 0:
             unfolded = ops.reshape(inputs, (unfold_batch, -1, inputs.shape[-1]))
             logits = ops.reshape(original(self, unfolded, reverse=True),
-                                 (1, -1, self.input_dim))
+                                 tuple(inputs.shape[:-1]) + (self.input_dim,))
         else:
             logits = original(self, inputs, reverse=True)
         records.append((self, inputs, logits))
