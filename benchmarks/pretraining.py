@@ -344,7 +344,9 @@ def output_layer_times(cases, repeats: int) -> list:
             return forward_backward
 
         keras_step, project_step = step(False), step(True)
-        same = np.array_equal(keras_step()[0].numpy(), project_step()[0].numpy())
+        # Same logits up to float32 rounding: the folded GEMM sums in another order.
+        same = np.allclose(keras_step()[0].numpy(), project_step()[0].numpy(), rtol=1e-5,
+                           atol=1e-5)
         keras_s = project_s = float("inf")
         for _ in range(repeats):  # alternating, so load from other processes hits both
             keras_s = min(keras_s, common.best_time(lambda: keras_step()[1].numpy(), 1, 0))
@@ -617,7 +619,8 @@ def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False,
                                                       "project tied_logits ms", "ratio",
                                                       "same logits"], micro,
             "Gradients for the embedding table and the hidden states; best of a few "
-            "calls."))
+            "calls. Same logits: equal within 1e-5 (the folded GEMM sums in another "
+            "order: float32 rounding only)."))
     if curves:
         tables.append(pretraining_precision.curve_table(
             curves, f"{curve_shape} b32 T128", max(1, loss_steps // 10)))
