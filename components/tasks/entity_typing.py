@@ -32,8 +32,9 @@ import tensorflow as tf
 
 from lmfactory.components.evaluator import metrics as metric_lib
 from lmfactory.components.tasks import classification, registry
-from lmfactory.components.tasks.relation_classification import (label_vocabulary,
-                                                                 marking_preprocessor)
+from lmfactory.components.tasks.relation_classification import (
+    check_marked_text_recipe, fit_marked_text, label_vocabulary, marked_text_record,
+    marking_preprocessor)
 from lmfactory.components.trainer import task_data
 
 MARKER_ARG = "entity_marker"
@@ -47,22 +48,12 @@ ENTITY_TYPING = registry.register(registry.TaskKind(
 
 def task_record(kind, finetuning: dict, source: dict) -> dict:
     del source
-    return {"kind": kind.name, "text_features": list(finetuning["text_features"]),
-            "label_feature": finetuning.get("label_feature", "types"),
-            "sequence_length": finetuning["sequence_length"]}
+    return marked_text_record(kind, finetuning, "types")
 
 
 def check_recipe(check, recipe: dict, arch) -> None:
     del arch
-    check.string_list("finetuning.text_features")
-    if len(recipe["finetuning"]["text_features"]) != 2:
-        check.fail("finetuning.text_features", "two features: the text and the entity "
-                                               "mention")
-    check.positive_int("finetuning.sequence_length")
-    check.source("data.task")
-    value = recipe["finetuning"].get("task_args", {}).get(MARKER_ARG)
-    if value is not None and (not isinstance(value, str) or len(value.strip()) != 1):
-        check.fail(f"finetuning.task_args.{MARKER_ARG}", f"one character, got {value!r}")
+    check_marked_text_recipe(check, recipe, "the text, the entity mention", (MARKER_ARG,))
 
 
 def typing_preprocessor(vocab_dir: str, architecture: str, sequence_length: int,
@@ -136,17 +127,8 @@ def train(context) -> dict:
                       metrics=[keras.metrics.BinaryAccuracy(name="binary_accuracy",
                                                             threshold=0.0)],
                       jit_compile=config.jit_compile)
-    read = dict(preprocessor=preprocessor, text_features=task["text_features"],
-                batch_size=config.batch_size, seed=config.seed,
-                input_names=list(model.input.keys()),
-                label_reader=MultiHotLabels(task["label_feature"], labels))
-    train_data = task_data.make_classification_dataset(
-        context.train_files, shuffle=True, repeat=True, **read)
-    eval_data = task_data.make_classification_dataset(
-        context.eval_files, shuffle=False, repeat=True, **read)
-    metrics = context.fit(model, train_data, eval_data)
-    return dict(task_model=model, backbone=backbone, vocab_dir=context.vocab_dir,
-                metrics=metrics, task=task, preprocessor=preprocessor)
+    return fit_marked_text(context, config, task, model, backbone, preprocessor,
+                           MultiHotLabels(task["label_feature"], labels))
 
 
 def export(task_model, preprocessor, vocab_dir: str, model_config: dict,

@@ -34,25 +34,39 @@ RELATION_CLASSIFICATION = registry.register(registry.TaskKind(
     required_record_keys=("kind", "sequence_length", "text_features", "label_feature")))
 
 
+def marked_text_record(kind, finetuning: dict, default_label: str) -> dict:
+    """The task record of a kind whose inputs are a text and marked mentions of it (this kind
+    and ``entity_typing``)."""
+    return {"kind": kind.name, "text_features": list(finetuning["text_features"]),
+            "label_feature": finetuning.get("label_feature", default_label),
+            "sequence_length": finetuning["sequence_length"]}
+
+
+def check_marked_text_recipe(check, recipe: dict, features: str, marker_args) -> None:
+    """Checks a marked-text kind's recipe: ``features`` names the text features in order
+    (their count is checked); each of ``marker_args`` in ``task_args`` is one character."""
+    check.string_list("finetuning.text_features")
+    expected = features.count(",") + 1
+    if len(recipe["finetuning"]["text_features"]) != expected:
+        count = {2: "two", 3: "three"}.get(expected, str(expected))
+        check.fail("finetuning.text_features", f"{count} features: {features}")
+    check.positive_int("finetuning.sequence_length")
+    check.source("data.task")
+    for name in marker_args:
+        value = recipe["finetuning"].get("task_args", {}).get(name)
+        if value is not None and (not isinstance(value, str) or len(value.strip()) != 1):
+            check.fail(f"finetuning.task_args.{name}", f"one character, got {value!r}")
+
+
 def task_record(kind, finetuning: dict, source: dict) -> dict:
     del source
-    return {"kind": kind.name, "text_features": list(finetuning["text_features"]),
-            "label_feature": finetuning.get("label_feature", "relation"),
-            "sequence_length": finetuning["sequence_length"]}
+    return marked_text_record(kind, finetuning, "relation")
 
 
 def check_recipe(check, recipe: dict, arch) -> None:
     del arch
-    check.string_list("finetuning.text_features")
-    if len(recipe["finetuning"]["text_features"]) != 3:
-        check.fail("finetuning.text_features", "three features: the text, the head "
-                                               "mention and the tail mention")
-    check.positive_int("finetuning.sequence_length")
-    check.source("data.task")
-    for name in MARKER_ARGS:
-        value = recipe["finetuning"].get("task_args", {}).get(name)
-        if value is not None and (not isinstance(value, str) or len(value.strip()) != 1):
-            check.fail(f"finetuning.task_args.{name}", f"one character, got {value!r}")
+    check_marked_text_recipe(check, recipe, "the text, the head mention, the tail mention",
+                             MARKER_ARGS)
 
 
 def label_vocabulary(file_patterns, label_feature: str, batch_size: int = 512,
@@ -139,10 +153,17 @@ def train(context) -> dict:
         context.knowledge_init(model)
         classification._compile(model, context.optimizer(), False, config.jit_compile,
                                 config.architecture)
+    return fit_marked_text(context, config, task, model, backbone, preprocessor,
+                           task_data.LabelReader.for_task(_classification_task(task)))
+
+
+def fit_marked_text(context, config, task: dict, model, backbone, preprocessor,
+                    label_reader) -> dict:
+    """Fits a marked-text kind's compiled ``model`` on the task records (texts through
+    ``preprocessor``, labels through ``label_reader``); the kind's ``train`` result."""
     read = dict(preprocessor=preprocessor, text_features=task["text_features"],
                 batch_size=config.batch_size, seed=config.seed,
-                input_names=list(model.input.keys()),
-                label_reader=task_data.LabelReader.for_task(_classification_task(task)))
+                input_names=list(model.input.keys()), label_reader=label_reader)
     train_data = task_data.make_classification_dataset(
         context.train_files, shuffle=True, repeat=True, **read)
     eval_data = task_data.make_classification_dataset(
