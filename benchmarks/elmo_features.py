@@ -29,12 +29,14 @@ SST2_DIR = os.path.join(os.path.dirname(common.REPO), "shared", "data", "glue", 
 WNUT17_DIR = os.path.join(os.path.dirname(common.REPO), "shared", "data", "wnut17")
 TAG_LENGTH = 48  # positions of a tagged sentence: <S>, up to 46 words, </S>
 WINDOW = 20
+TAG_EPOCHS = 20  # epochs of the WNUT-17 tagger over the cached biLM features
 
 
-def read_lines(path: str) -> list[str]:
+def read_lines(path: str, lowercase: bool = True) -> list[str]:
     with open(path, encoding="utf-8") as handle:
-        return [line.strip().lower() for line in handle if line.strip()
-                and not line.strip().startswith("=")]
+        lines = [line.strip() for line in handle if line.strip()
+                 and not line.strip().startswith("=")]
+    return [line.lower() for line in lines] if lowercase else lines
 
 
 def word_vocabulary(lines, special_tokens: dict, min_count: int = 2) -> list[str]:
@@ -75,6 +77,13 @@ def held_out_perplexity(model, x, batch_size=64) -> dict:
     return {d: float(np.exp(s / n)) for d, (s, n) in totals.items()}
 
 
+def learned_mix(mix_layer) -> dict:
+    """softmax(s) over the layers (0 = token layer) and gamma of a trained `ElmoScalarMix`."""
+    return {"softmax(s)": [round(float(v), 3) for v in
+                           np.ravel(np.asarray(mix_layer.normalized_weights()))],
+            "gamma": round(float(np.asarray(mix_layer.gamma.numpy())), 3)}
+
+
 def read_sst2(path: str, limit: int | None = None):
     rows = [line.rstrip("\n").split("\t") for line in open(path, encoding="utf-8")][1:]
     rows = [row for row in rows if len(row) == 2][:limit]
@@ -111,20 +120,18 @@ def classify(backbone_path, vocabulary_size_args, preprocessor, train, dev, mix,
     model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0)
     seconds = time.perf_counter() - started
     _, accuracy = model.evaluate(x_dev, y_dev, batch_size=128, verbose=0)
-    weights = [w for w in model.weights if "input_mix" in w.path]
-    mix_weights = {w.path.split("/")[-1]: [round(float(v), 3) for v in np.ravel(w.numpy())]
-                   for w in weights}
-    return float(accuracy), seconds, mix_weights
+    return float(accuracy), seconds, learned_mix(model.input_mix)
 
 
-def read_conll(path: str, limit: int | None = None):
-    """(lowercased words, tags) per sentence of a WNUT-17 CoNLL file (blank or lone-tab
-    lines separate sentences)."""
+def read_conll(path: str, limit: int | None = None, lowercase: bool = False):
+    """(words, tags) per sentence of a WNUT-17 CoNLL file (blank or lone-tab lines separate
+    sentences); the words keep their case unless ``lowercase``."""
     sentences, words, tags = [], [], []
     for line in open(path, encoding="utf-8"):
         parts = line.rstrip("\n").split("\t")
         if len(parts) == 2 and parts[0].strip():
-            words.append(parts[0].strip().lower())
+            word = parts[0].strip()
+            words.append(word.lower() if lowercase else word)
             tags.append(parts[1].strip())
         elif words:
             sentences.append((words, tags))
@@ -134,61 +141,98 @@ def read_conll(path: str, limit: int | None = None):
     return sentences[:limit]
 
 
-def tag(backbone_path, config, preprocessor, train, dev, mix, steps, seed=0):
-    """Entity F1 on ``dev`` of an `ElmoTagger` (frozen biLM from ``backbone_path``) trained
-    ``steps`` steps of 32 on ``train`` (lists of (words, tags)); each word is one position
-    after <S>, longer sentences are cut to `TAG_LENGTH` - 2 words for both gold and
-    predicted tags."""
+def layer_features(backbone, preprocessor, sentences, batch_size=64):
+    """The frozen biLM run ONCE over ``sentences`` (lists of words): ``layer_outputs``
+    [N, L + 1, T, D] (float32), ``token_ids`` and ``padding_mask`` [N, T], T the longest
+    sentence + 2 (<S>, </S>). A frozen biLM in inference mode gives the same vectors at
+    every epoch of the task model (§3.3), so computing them once is exact and lets the small
+    task model train many epochs on a CPU."""
+    import tensorflow as tf
+
+    length = min(TAG_LENGTH, 2 + max(len(words) for words in sentences))
+    stacks, token_ids, masks = [], [], []
+    for start in range(0, len(sentences), batch_size):
+        texts = [" ".join(words) for words in sentences[start:start + batch_size]]
+        packed = preprocessor(tf.constant(texts))
+        inputs = {name: packed[name][:, :length].numpy().astype("int32")
+                  for name in ("token_ids", "character_ids", "padding_mask")}
+        stacks.append(backbone(inputs, training=False)["layer_outputs"].numpy())
+        token_ids.append(inputs["token_ids"])
+        masks.append(inputs["padding_mask"])
+    return {"layer_outputs": np.concatenate(stacks).astype("float32"),
+            "token_ids": np.concatenate(token_ids), "padding_mask": np.concatenate(masks)}
+
+
+def feature_tagger(num_layers, width, vocabulary_size, num_labels, mix, word_embedding_dim=64,
+                   lstm_units=64, elmo_dropout=0.5, l2=0.001, dropout=0.2):
+    """`ElmoTagger`'s task model (`models/elmo/elmo_feature_task.py`, §3.3) reading the
+    cached layer stack instead of running the frozen biLM: [x_k; ELMo_k^task] (a learned
+    word embedding and `ElmoScalarMix` over the L + 1 layers, layer-normalised, §3.2) ->
+    dropout -> a biLSTM masked by the padding -> dropout -> per-token logits."""
+    import keras
+    from keras import ops
+
+    from lmfactory.models.elmo.elmo_scalar_mix import ElmoScalarMix
+
+    inputs = {"layer_outputs": keras.Input((num_layers, None, width), name="layer_outputs"),
+              "token_ids": keras.Input((None,), dtype="int32", name="token_ids"),
+              "padding_mask": keras.Input((None,), dtype="int32", name="padding_mask")}
+    mask = ops.cast(inputs["padding_mask"], "bool")
+    mixed = ElmoScalarMix(num_layers, mix=mix, dropout=elmo_dropout, l2=l2, layer_norm=True,
+                          name="input_mix")(inputs["layer_outputs"])
+    words = keras.layers.Embedding(vocabulary_size, word_embedding_dim,
+                                   name="word_embedding")(inputs["token_ids"])
+    hidden = keras.layers.Dropout(dropout)(ops.concatenate([words, mixed], axis=-1))
+    hidden = keras.layers.Bidirectional(keras.layers.LSTM(lstm_units, return_sequences=True),
+                                        name="task_bilstm")(hidden, mask=mask)
+    logits = keras.layers.Dense(num_labels, name="logits")(keras.layers.Dropout(dropout)(hidden))
+    return keras.Model(inputs, logits)
+
+
+def tag(features, train, dev, mix, epochs, seed=0, vocabulary_size=None):
+    """Entity F1 on ``dev`` of `feature_tagger` trained ``epochs`` epochs (batches of 32) on
+    the cached biLM features of ``train`` (``features``: {"train": ..., "dev": ...} from
+    `layer_features`; ``train`` / ``dev``: lists of (words, tags)). Each word is one
+    position after <S>; a sentence longer than the cached length keeps its first words for
+    both gold and predicted tags."""
     import keras
     import tensorflow as tf
 
     from lmfactory.components.evaluator.entity_metrics import entity_scores
-    from lmfactory.models.elmo import ElmoBackbone, ElmoTagger
 
     labels = sorted({t for _, tags in train for t in tags} | {"O"})
     label_id = {label: i for i, label in enumerate(labels)}
     keras.utils.set_random_seed(seed)
-    backbone = ElmoBackbone(**config)
-    backbone.load_weights(backbone_path)
-    model = ElmoTagger(backbone, num_labels=len(labels), mix=mix, word_embedding_dim=64,
-                       lstm_units=64, elmo_dropout=0.5, l2=0.001, dropout=0.2)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3))
-    names = list(model.input)
-
-    def features(sentences):
-        packed = preprocessor(tf.constant([" ".join(words) for words, _ in sentences]))
-        x = {name: packed[name].numpy() for name in names}
-        y = np.zeros((len(sentences), TAG_LENGTH), "int32")
-        weight = np.zeros((len(sentences), TAG_LENGTH), "float32")
-        for row, (_, tags) in enumerate(sentences):
-            kept = tags[:TAG_LENGTH - 2]
-            y[row, 1:1 + len(kept)] = [label_id.get(t, label_id["O"]) for t in kept]
-            weight[row, 1:1 + len(kept)] = 1.0
-        return x, y, weight
-
-    x_train, y_train, w_train = features(train)
-    x_dev, _, _ = features(dev)
+    stack = features["train"]["layer_outputs"]
+    model = feature_tagger(stack.shape[1], stack.shape[-1], vocabulary_size, len(labels), mix)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    length = stack.shape[2]
+    y = np.zeros((len(train), length), "int32")
+    weight = np.zeros((len(train), length), "float32")
+    for row, (_, tags) in enumerate(train):
+        kept = tags[:length - 2]
+        y[row, 1:1 + len(kept)] = [label_id.get(t, label_id["O"]) for t in kept]
+        weight[row, 1:1 + len(kept)] = 1.0
     started = time.perf_counter()
-    batches = tf.data.Dataset.from_tensor_slices((x_train, y_train, w_train)).shuffle(
-        len(y_train), seed=seed).repeat().batch(32)
-    model.fit(batches, steps_per_epoch=steps, epochs=1, verbose=0)
+    batches = tf.data.Dataset.from_tensor_slices((features["train"], y, weight)).shuffle(
+        len(y), seed=seed).batch(32)
+    model.fit(batches, epochs=epochs, verbose=0)
     seconds = time.perf_counter() - started
-    logits = model.predict(x_dev, batch_size=128, verbose=0)
-    predicted = logits.argmax(-1)
+    predicted = model.predict(features["dev"], batch_size=128, verbose=0).argmax(-1)
+    dev_length = predicted.shape[1]
     gold, guessed = [], []
     for row, (_, tags) in enumerate(dev):
-        kept = tags[:TAG_LENGTH - 2]
+        kept = tags[:dev_length - 2]
         gold.append(list(kept))
         guessed.append([labels[i] for i in predicted[row, 1:1 + len(kept)]])
     scores = entity_scores(gold, guessed)
-    weights = [w for w in model.weights if "input_mix" in w.path]
-    mix_weights = {w.path.split("/")[-1]: [round(float(v), 3) for v in np.ravel(w.numpy())]
-                   for w in weights}
-    return float(scores["f1"]), seconds, mix_weights
+    return float(scores["f1"]), seconds, learned_mix(model.get_layer("input_mix"))
 
 
-def run(scales=(1,), out_dir: str = ".", quick: bool = False,
-        task: str = "sst2") -> common.Result:
+def pretrain_bilm(task_lines, out_dir, quick=False, lowercase=True, epochs=None):
+    """The biLM of §3.1 at CPU size, trained on WikiText-2 valid's first 90% of lines: its
+    held-out perplexities before and after, the saved weights and what the task needs."""
     import keras
     import tensorflow as tf
 
@@ -197,25 +241,13 @@ def run(scales=(1,), out_dir: str = ".", quick: bool = False,
     from lmfactory.models.tokenizers.word import WordTokenizer
     from lmfactory.models.tokenizers.word_characters import word_character_ids
 
-    del scales
-    started = time.perf_counter()
-    os.makedirs(out_dir, exist_ok=True)
     keras.utils.set_random_seed(0)
     specials = dict(models.get("elmo").special_tokens)
-    lines = read_lines(common.WIKITEXT_VALID)
+    lines = read_lines(common.WIKITEXT_VALID, lowercase=lowercase)
     split = int(len(lines) * 0.9)
-    if task == "wnut17":
-        train = read_conll(os.path.join(WNUT17_DIR, "wnut17train.conll"),
-                           200 if quick else None)
-        dev = read_conll(os.path.join(WNUT17_DIR, "emerging.dev.conll"), 50 if quick else None)
-        task_lines = [" ".join(words) for words, _ in train]
-    else:
-        train = read_sst2(os.path.join(SST2_DIR, "train.tsv"), 400 if quick else 8000)
-        dev = read_sst2(os.path.join(SST2_DIR, "dev.tsv"), 100 if quick else None)
-        task_lines = train[0]
     # One vocabulary for the biLM's softmax and the task model's word embeddings: the LM
     # corpus's words and the task's training words (the paper's task models embed GloVe's
-    # large vocabulary; a WikiText-only one would leave most SST-2 words unknown).
+    # large vocabulary; a WikiText-only one would leave most task words unknown).
     vocabulary = word_vocabulary(lines[:split] + task_lines, specials)
     tokenizer = WordTokenizer(vocabulary, special_tokens=specials)
     table = word_character_ids(tf.constant(vocabulary), 50, begin_sentence=specials["cls"],
@@ -232,66 +264,105 @@ def run(scales=(1,), out_dir: str = ".", quick: bool = False,
     bilm = ElmoBiLM(backbone)
     bilm.compile(optimizer=keras.optimizers.Adam(2e-3, clipnorm=10.0))
     before = held_out_perplexity(bilm, eval_x)
-    epochs = 1 if quick else 3
+    epochs = epochs or (1 if quick else 3)
     steps = 20 if quick else None
     data = tf.data.Dataset.from_tensor_slices(train_x).shuffle(len(train_x["token_ids"]),
                                                                seed=0)
     data = data.map(lambda x: (x, x["token_ids"])).batch(32, drop_remainder=True)
-    bilm_started = time.perf_counter()
+    started = time.perf_counter()
     history = bilm.fit(data.take(steps) if steps else data, epochs=epochs, verbose=0)
-    bilm_seconds = time.perf_counter() - bilm_started
+    seconds = time.perf_counter() - started
     after = held_out_perplexity(bilm, eval_x)
     backbone_path = os.path.join(out_dir, "elmo_bilm.weights.h5")
     backbone.save_weights(backbone_path)
-
     preprocessor = ElmoPreprocessor(tokenizer, TAG_LENGTH, begin_token=specials["cls"],
                                     end_token=specials["sep"], pad_token=specials["pad"])
-    task_steps = 10 if quick else 500
+    unknown = int(sum(tokenizer.token_to_id(specials["unk"]) == i
+                      for i in eval_x["token_ids"].reshape(-1)))
+    return dict(backbone=backbone, config=config, path=backbone_path,
+                preprocessor=preprocessor, vocabulary=vocabulary, before=before, after=after,
+                epochs=epochs, seconds=seconds, loss=history.history["loss"],
+                windows=len(train_x["token_ids"]), parameters=bilm.count_params(),
+                unknown=unknown)
+
+
+def run(scales=(1,), out_dir: str = ".", quick: bool = False,
+        task: str = "sst2") -> common.Result:
+    del scales
+    started = time.perf_counter()
+    os.makedirs(out_dir, exist_ok=True)
+    cased = task == "wnut17"
+    if cased:
+        # WNUT-17's entities are mostly capitalised: the biLM and its character CNN (layer 0)
+        # read the original case (WikiText-2 and the tweets as written).
+        train = read_conll(os.path.join(WNUT17_DIR, "wnut17train.conll"),
+                           200 if quick else None)
+        dev = read_conll(os.path.join(WNUT17_DIR, "emerging.dev.conll"), 50 if quick else None)
+        task_lines = [" ".join(words) for words, _ in train]
+    else:
+        train = read_sst2(os.path.join(SST2_DIR, "train.tsv"), 400 if quick else 8000)
+        dev = read_sst2(os.path.join(SST2_DIR, "dev.tsv"), 100 if quick else None)
+        task_lines = train[0]
+    lm = pretrain_bilm(task_lines, out_dir, quick=quick, lowercase=not cased)
     seeds = (0,) if quick else (0, 1, 2)
-    evaluate = tag if task == "wnut17" else classify
-    runs = {mix: [evaluate(backbone_path, config, preprocessor, train, dev, mix, task_steps,
-                           seed=seed) for seed in seeds] for mix in ("all", "top")}
+    if task == "wnut17":
+        task_budget = f"{2 if quick else TAG_EPOCHS} epochs of batches of 32 on cached features"
+        features = {"train": layer_features(lm["backbone"], lm["preprocessor"],
+                                            [words for words, _ in train]),
+                    "dev": layer_features(lm["backbone"], lm["preprocessor"],
+                                          [words for words, _ in dev])}
+        runs = {mix: [tag(features, train, dev, mix, 2 if quick else TAG_EPOCHS, seed=seed,
+                          vocabulary_size=len(lm["vocabulary"])) for seed in seeds]
+                for mix in ("all", "top")}
+    else:
+        task_steps = 10 if quick else 500
+        task_budget = f"{task_steps} steps of 32"
+        runs = {mix: [classify(lm["path"], lm["config"], lm["preprocessor"], train, dev, mix,
+                               task_steps, seed=seed) for seed in seeds]
+                for mix in ("all", "top")}
     task_name, score_name = (("WNUT-17 dev entity F1", "dev entity F1") if task == "wnut17"
                              else ("SST-2 dev accuracy", "dev accuracy"))
-    results = {mix: (float(np.mean([r[0] for r in rows])), float(np.mean([r[1] for r in rows])),
-                     rows[0][2]) for mix, rows in runs.items()}
-
-    unknown = sum(tokenizer.token_to_id(specials["unk"]) == i
-                  for i in eval_x["token_ids"].reshape(-1))
+    results = {mix: (float(np.mean([r[0] for r in rows])), float(np.mean([r[1] for r in rows])))
+               for mix, rows in runs.items()}
+    before, after = lm["before"], lm["after"]
     tables = [
         common.Table(
             "biLM held-out perplexity (WikiText-2 valid, last 10% of lines)",
             ["", "forward", "backward"],
             [["before training", before["forward"], before["backward"]],
-             [f"after {epochs} epoch(s), {bilm_seconds:.0f} s", after["forward"],
+             [f"after {lm['epochs']} epoch(s), {lm['seconds']:.0f} s", after["forward"],
               after["backward"]]],
-            note=f"{len(train_x['token_ids'])} training windows of {WINDOW} words, "
-                 f"vocabulary {len(vocabulary)} words; {bilm.count_params():,} parameters; "
-                 f"{unknown} <unk> ids among the held-out ids."),
+            note=f"{lm['windows']} training windows of {WINDOW} words, "
+                 f"{'cased' if cased else 'lower-cased'} vocabulary of "
+                 f"{len(lm['vocabulary'])} words; {lm['parameters']:,} parameters; "
+                 f"{lm['unknown']} <unk> ids among the held-out ids."),
         common.Table(
             f"{task_name}, frozen biLM features (§3.3)",
-            ["ELMo mix", f"{score_name} (mean)", "per seed", "train seconds",
-             "learned mix (seed 0)"],
-            [[f"{mix} layers" if mix == "all" else "top layer only", acc,
-              " / ".join(f"{r[0]:.4f}" for r in runs[mix]), round(sec), str(weights)]
-             for mix, (acc, sec, weights) in results.items()],
+            ["ELMo mix", f"{score_name} (mean)", "per seed", "train seconds (mean)"],
+            [[f"{mix} layers" if mix == "all" else "top layer only", score,
+              " / ".join(f"{r[0]:.4f}" for r in runs[mix]), round(sec)]
+             for mix, (score, sec) in results.items()],
             note=f"{len(task_lines)} training sentences, "
                  f"{len(dev) if task == 'wnut17' else len(dev[0])} dev sentences, "
-                 f"{task_steps} steps of 32 per run, seeds {list(seeds)}; the same task "
+                 f"{task_budget} per run, seeds {list(seeds)}; the same task "
                  f"model (layer-normalised mix, §3.2) for both rows."),
+        common.Table(
+            "learned mix of all layers, per seed (layer 0 = char-CNN token layer, 1-2 = biLSTM)",
+            ["seed", "parameters"],
+            [[seed, str(r[2])] for seed, r in zip(seeds, runs["all"])]),
     ]
     findings = [f"mix of all layers {results['all'][0]:.4f} vs top layer only "
                 f"{results['top'][0]:.4f}: {task_name} (mean of {len(seeds)} seeds)"]
-    result = common.Result(
+    return common.Result(
         name="ELMo: biLM perplexity and the scalar mix of all layers vs the top layer",
         tables=tables, findings=findings,
         figures={"perplexity_before": before, "perplexity_after": after,
-                 "bilm_loss": history.history["loss"],
-                 task: {mix: {"score": acc, "seconds": sec, "mix": w,
-                                "per_seed": [r[0] for r in runs[mix]]}
-                          for mix, (acc, sec, w) in results.items()}},
+                 "bilm_loss": lm["loss"], "cased": cased,
+                 task: {mix: {"score": score, "seconds": sec,
+                              "per_seed": [r[0] for r in runs[mix]],
+                              "mix_per_seed": [r[2] for r in runs[mix]]}
+                        for mix, (score, sec) in results.items()}},
         seconds=time.perf_counter() - started)
-    return result
 
 
 def main(argv=None):
