@@ -10,7 +10,13 @@ slice (SST-2 is lowercased). Everything runs in
 this process through the library's pieces: the `bilm` objective's windows and character
 table, `ElmoBiLM`, `ElmoPreprocessor`, `ElmoClassifier`.
 
-    python benchmarks/elmo_features.py --out-dir benchmark_results [--quick]
+``--task wnut17``: WNUT-17 NER (``../shared/data/wnut17``: all of train, entity F1 on
+``emerging.dev.conll``). Its entities are mostly capitalised, so the biLM, its vocabulary
+and the character CNN read the original case. The frozen biLM's layer stack is computed once
+per sentence (`layer_features`) and the tagger (`feature_tagger`: §3.3's [x_k; ELMo_k] into a
+biLSTM, a softmax per token) trains epochs over the cached vectors.
+
+    python benchmarks/elmo_features.py --out-dir benchmark_results [--quick] [--task wnut17]
 """
 
 from __future__ import annotations

@@ -66,3 +66,25 @@ def test_feature_tagger_mixes_the_cached_layers(cached, mix):
     assert len(mixes) == (1 if mix == "all" else 0)
     learned = elmo_features.learned_mix(model.get_layer("input_mix"))
     assert learned["softmax(s)"] == ([0.333] * 3 if mix == "all" else [0.0, 0.0, 1.0])
+
+
+def test_length_batches_cover_each_sentence_once_cut_to_their_longest():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 12, 70)
+    mask = (np.arange(12)[None] < lengths[:, None]).astype("int32")
+    x = {"layer_outputs": rng.normal(size=(70, 3, 12, 2)).astype("float32"),
+         "token_ids": (np.arange(70)[:, None] * mask).astype("int32"), "padding_mask": mask}
+    y, weight = mask * 2, mask.astype("float32")
+    batches = elmo_features.length_batches(x, y, weight, seed=1, batch_size=32)
+    for _ in range(2):
+        seen = []
+        for index in range(len(batches)):
+            inputs, labels, weights = batches[index]
+            rows = inputs["token_ids"][:, 0]
+            assert inputs["padding_mask"].shape[1] == lengths[rows].max()
+            np.testing.assert_array_equal(inputs["layer_outputs"],
+                                          x["layer_outputs"][rows][:, :, :lengths[rows].max()])
+            np.testing.assert_array_equal(labels.sum(1), 2 * lengths[rows])
+            seen += list(rows)
+        assert sorted(seen) == list(range(70)) and len(batches) == 3
+        batches.on_epoch_end()
