@@ -202,6 +202,48 @@ def feature_tagger(num_layers, width, vocabulary_size, num_labels, mix, word_emb
     return keras.Model(inputs, logits)
 
 
+def layer_probe(features, train, dev, epochs=5, seed=0) -> dict:
+    """§5.3's question per biLM layer: how much a linear read-out of one layer alone knows.
+    A logistic regression (one Keras Dense unit, classes balanced) of each layer's
+    layer-normalised token vectors predicts whether a token is inside an entity; returns each
+    layer's token-level F1 on ``dev`` (and the mean of the layers as one more row)."""
+    import keras
+
+    def tokens(part, sentences):
+        stack = features[part]["layer_outputs"]
+        kept = [min(len(tags), stack.shape[2] - 2) for _, tags in sentences]
+        vectors = np.concatenate([stack[row, :, 1:1 + n] for row, n in enumerate(kept)], axis=1)
+        vectors = (vectors - vectors.mean(-1, keepdims=True)) / np.sqrt(
+            vectors.var(-1, keepdims=True) + 1e-3)
+        inside = np.asarray([tag != "O" for (_, tags), n in zip(sentences, kept)
+                             for tag in tags[:n]], "float32")
+        return vectors, inside
+
+    x_train, y_train = tokens("train", train)
+    x_dev, y_dev = tokens("dev", dev)
+    positive = float(y_train.mean())
+    weights = np.where(y_train > 0, 0.5 / positive, 0.5 / (1 - positive)).astype("float32")
+    scores = {}
+    names = [f"layer {j}" for j in range(x_train.shape[0])] + ["mean of the layers"]
+    for name, (train_x, dev_x) in zip(names, list(zip(x_train, x_dev)) + [
+            (x_train.mean(0), x_dev.mean(0))]):
+        # Each feature standardised over the training tokens (a linear read-out is invariant
+        # to it; it conditions the optimisation, since a layer's vectors can share a large
+        # offset that dwarfs their token-to-token variation).
+        centre, spread = train_x.mean(0), train_x.std(0) + 1e-6
+        train_x, dev_x = (train_x - centre) / spread, (dev_x - centre) / spread
+        keras.utils.set_random_seed(seed)
+        probe = keras.Sequential([keras.Input((train_x.shape[-1],)), keras.layers.Dense(1)])
+        probe.compile(optimizer=keras.optimizers.Adam(3e-3),
+                      loss=keras.losses.BinaryCrossentropy(from_logits=True))
+        probe.fit(train_x, y_train[:, None], sample_weight=weights, batch_size=256,
+                  epochs=epochs, verbose=0)
+        guess = probe.predict(dev_x, batch_size=1024, verbose=0)[:, 0] > 0
+        true_positive = float((guess & (y_dev > 0)).sum())
+        scores[name] = 2 * true_positive / max(1.0, float(guess.sum() + (y_dev > 0).sum()))
+    return scores
+
+
 def length_batches(x, y, weight, seed=0, batch_size=32):
     """A `keras.utils.PyDataset` of batches of 32 sentences of similar length, each cut to its longest sentence (a masked
     LSTM gives the same outputs at the real positions; the padding is just not computed),
@@ -364,11 +406,13 @@ def run(scales=(1,), out_dir: str = ".", quick: bool = False,
                                             [words for words, _ in train]),
                     "dev": layer_features(lm["backbone"], lm["preprocessor"],
                                           [words for words, _ in dev])}
+        probe = layer_probe(features, train, dev, epochs=1 if quick else 5)
         runs = {mix: [tag(features, train, dev, mix, 2 if quick else TAG_EPOCHS, seed=seed,
                           vocabulary_size=len(lm["vocabulary"]), entity_weight=ENTITY_WEIGHT,
                           elmo_dropout=TAG_ELMO_DROPOUT) for seed in seeds]
                 for mix in ("all", "top")}
     else:
+        probe = None
         task_steps = 10 if quick else 500
         task_budget = f"{task_steps} steps of 32"
         runs = {mix: [classify(lm["path"], lm["config"], lm["preprocessor"], train, dev, mix,
@@ -408,13 +452,20 @@ def run(scales=(1,), out_dir: str = ".", quick: bool = False,
             ["seed", "parameters"],
             [[seed, str(r[2])] for seed, r in zip(seeds, runs["all"])]),
     ]
+    if probe:
+        tables.append(common.Table(
+            "linear probe of each frozen layer alone: dev in-entity token F1 (§5.3's question)",
+            ["layer", "token F1"], [[name, score] for name, score in probe.items()],
+            note="logistic regression (classes balanced, 5 epochs) on each layer's "
+                 "layer-normalised, standardised token vectors; layer 0 = char-CNN token "
+                 "layer, 2 = top biLSTM layer."))
     findings = [f"mix of all layers {results['all'][0]:.4f} vs top layer only "
                 f"{results['top'][0]:.4f}: {task_name} (mean of {len(seeds)} seeds)"]
     return common.Result(
         name="ELMo: biLM perplexity and the scalar mix of all layers vs the top layer",
         tables=tables, findings=findings,
         figures={"perplexity_before": before, "perplexity_after": after,
-                 "bilm_loss": lm["loss"], "cased": cased,
+                 "bilm_loss": lm["loss"], "cased": cased, "layer_probe": probe,
                  task: {mix: {"score": score, "seconds": sec,
                               "per_seed": [r[0] for r in runs[mix]],
                               "mix_per_seed": [r[2] for r in runs[mix]],
