@@ -88,3 +88,4 @@ def test_length_batches_cover_each_sentence_once_cut_to_their_longest():
             seen += list(rows)
         assert sorted(seen) == list(range(70)) and len(batches) == 3
         batches.on_epoch_end()
+
