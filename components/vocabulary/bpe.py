@@ -17,7 +17,6 @@ the ``bpe`` kind's tokenizer (keras-nlp's ``BytePairTokenizer`` made faster,
 from __future__ import annotations
 
 import collections
-import functools
 import gc
 import heapq
 import json
@@ -159,21 +158,20 @@ _LINE_PIECE = re.compile(  # plain `re`: 2x faster than `regex` on this pattern
     f"[{_SPACE_CLASS}]*[^{_SPACE_CLASS}]+|[{_SPACE_CLASS}]+")
 _LINE_END = "\n"  # joins a batch's lines (and replaces special tokens): a piece boundary
 PIECE_CACHE_SIZE = 1 << 18  # distinct pieces whose words a process keeps (Zipf: most text)
+_PIECE_WORDS: dict[str, tuple[str, ...]] = {}  # piece -> its words, per process
 
 
-@functools.lru_cache(maxsize=PIECE_CACHE_SIZE)
 def _piece_words(piece: str) -> tuple[str, ...]:
-    """The words of one line piece (see ``_LINE_PIECE``), spelled in the byte alphabet."""
-    return tuple(bytes_to_symbols(word) for word in _split_chunk(piece))
-
-
-def _joined_piece_words(piece: str) -> tuple[str, ...]:
-    """The words of a piece of a batch's joined text: ``_LINE_END`` separates its parts,
-    each the end of one line (or chunk) or the start of the next."""
-    if _LINE_END not in piece:
-        return _piece_words(piece)
-    return tuple(word for part in piece.split(_LINE_END) if part
-                 for word in _piece_words(part))
+    """The words of one piece of a batch's joined text, spelled in the byte alphabet, and
+    remembered (the memory is emptied when it holds ``PIECE_CACHE_SIZE`` pieces).
+    ``_LINE_END`` separates a piece's parts, each the end of one line (or chunk) or the
+    start of the next."""
+    words = tuple(bytes_to_symbols(word) for part in piece.split(_LINE_END) if part
+                  for word in _split_chunk(part))
+    if len(_PIECE_WORDS) >= PIECE_CACHE_SIZE:
+        _PIECE_WORDS.clear()
+    _PIECE_WORDS[piece] = words
+    return words
 
 
 def count_words(lines: Iterable[str],
@@ -183,9 +181,9 @@ def count_words(lines: Iterable[str],
 
     Python runs once per distinct line piece, not once per word: the batch's lines are
     joined with line breaks (special tokens replaced by one too: both end a chunk), cut into
-    pieces ``\s*\S+`` by one regex pass, the pieces counted (in C), and each distinct
-    piece split into words once (:func:`_split_chunk`, cached per process across batches:
-    ``PIECE_CACHE_SIZE``) and its words counted with the piece's count. Lines that hold a
+    pieces ``\\s*\\S+`` by one regex pass, the pieces counted (in C), and each distinct
+    piece split into words once (:func:`_split_chunk`, remembered per process across
+    batches: ``PIECE_CACHE_SIZE``) and its words counted with the piece's count. Lines that hold a
     line break or the marker character are split whole (see ``_LINE_PIECE``).
     """
     lines = list(lines)
@@ -206,8 +204,10 @@ def count_words(lines: Iterable[str],
             if token and token in text:
                 text = text.replace(token, _LINE_END)
         pieces = collections.Counter(_LINE_PIECE.findall(text))
+    remembered = _PIECE_WORDS
     for piece, count in pieces.items():
-        for word in _joined_piece_words(piece):
+        found = remembered.get(piece)
+        for word in _piece_words(piece) if found is None else found:
             words[word] += count
     return dict(words)
 

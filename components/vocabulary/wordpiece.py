@@ -18,7 +18,6 @@ equivalent, faster form (:class:`_PieceCounter`).
 from __future__ import annotations
 
 import collections
-import functools
 import heapq
 import logging
 import os
@@ -73,13 +72,21 @@ def count_lines(lines: Sequence[str], lowercase: bool = True,
 PIECE_CACHE_SIZE = 1 << 18  # distinct pieces whose words a process keeps (Zipf: most text)
 
 
-@functools.lru_cache(maxsize=PIECE_CACHE_SIZE)
+_PIECE_WORDS: dict[tuple[bool, bool], dict[str, tuple[str, ...]]] = {}  # per process
+
+
 def _piece_words(piece: str, lowercase: bool, strip_accents: bool) -> tuple[str, ...]:
-    """The words of one space-free piece of a line, by the plain-Python steps."""
+    """The words of one space-free piece of a line, by the plain-Python steps, and
+    remembered (emptied when ``PIECE_CACHE_SIZE`` pieces are held)."""
     from lmfactory.components.pretraining_data import plain_wordpiece
 
-    return tuple(plain_wordpiece.split_words(
+    words = tuple(plain_wordpiece.split_words(
         plain_wordpiece.bert_normalize(piece, lowercase, strip_accents)))
+    remembered = _PIECE_WORDS.setdefault((lowercase, strip_accents), {})
+    if len(remembered) >= PIECE_CACHE_SIZE:
+        remembered.clear()
+    remembered[piece] = words
+    return words
 
 
 def count_lines_plain(lines: Sequence[str], lowercase: bool = True,
@@ -99,8 +106,12 @@ def count_lines_plain(lines: Sequence[str], lowercase: bool = True,
     pieces = collections.Counter(" ".join(lines).split(" "))
     words = collections.defaultdict(int)
     lowercase, strip_accents = bool(lowercase), bool(strip_accents)
+    remembered = _PIECE_WORDS.get((lowercase, strip_accents), {})
     for piece, count in pieces.items():
-        for word in _piece_words(piece, lowercase, strip_accents):
+        found = remembered.get(piece)
+        if found is None:
+            found = _piece_words(piece, lowercase, strip_accents)
+        for word in found:
             words[word] += count
     return list(words.items())
 
