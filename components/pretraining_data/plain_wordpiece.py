@@ -14,10 +14,11 @@ using the keras-nlp layer.
 The steps (Devlin et al. 2019, BERT, and google-research/bert ``tokenization.py``; Wu et al.
 2016 §4.1 for WordPiece):
 
-1. ``bert_normalize``: drop "other" (Unicode category C*) characters except ``\\t \\n \\r``,
-   and U+FFFD; turn every Python whitespace and ``Zs`` character into a space; with
-   ``strip_accents``, NFD and drop ``Mn`` marks; with ``lowercase``, lowercase character by
-   character (capital sigma mapped first, so no Final_Sigma rule).
+1. ``bert_normalize``: drop "other" characters except ``\\t \\n \\r`` (Cc, Cf, Co, Cs: RE2's
+   ``\\p{C}``, which the TF op uses; unassigned code points stay), and U+FFFD; turn every
+   Python whitespace and ``Zs`` character into a space; with ``strip_accents``, NFD and
+   drop ``Mn`` marks; with ``lowercase``, lowercase character by character (capital sigma
+   mapped first, so no Final_Sigma rule).
 2. keras-nlp's ``pretokenize`` (split=True, split_on_cjk=True): CJK ideographs and
    punctuation (ASCII non-alphanumerics ``!-/ :-@ [-` {-~`` and Unicode ``P*``) are words of
    their own; the rest splits on whitespace.
