@@ -15,8 +15,10 @@ carries TensorFlow's ``experimental_ints_on_device`` attribute; on the host devi
 attribute changes nothing else (int32 tensors already live in host memory). tf.data's
 public ``map`` has no way to set a function attribute, so :class:`HostMapDataset` is
 ``Dataset.map(fn, num_parallel_calls)`` (the same ``ParallelMapDatasetV2`` op, the same
-traced function, the same outputs) with the attribute set: a mechanism tf.data lacks, built
-on its ``StructuredFunctionWrapper``.
+traced function) with the attribute set: a mechanism tf.data lacks, built on its
+``StructuredFunctionWrapper``. :func:`host_map` returns the function's outputs packed in one
+``tf.experimental.Optional`` and unpacks them with a one-op ``Dataset.map`` (whose
+instantiation costs about a millisecond), so the elements are ``Dataset.map``'s.
 
 Use it only for functions that run entirely on the host (string ops, lookups, ragged
 packing): a function that captures a tensor or resource held on another device falls back
@@ -82,12 +84,20 @@ def host_map(dataset: tf.data.Dataset, map_func, num_parallel_calls=tf.data.AUTO
              deterministic=None, name=None) -> tf.data.Dataset:
     """``dataset.map(map_func, num_parallel_calls, deterministic)`` for host-side work,
     without tf.data's per-iterator multi-device instantiation (:class:`HostMapDataset`);
-    ``Dataset.map`` itself when the function captures something held off the host."""
-    mapped = HostMapDataset(dataset, map_func, num_parallel_calls, deterministic, name)
-    if on_host(mapped._map_func.function.captured_inputs):  # noqa: SLF001
-        return mapped
-    return dataset.map(map_func, num_parallel_calls=num_parallel_calls,
-                       deterministic=deterministic, name=name)
+    ``Dataset.map`` itself when the function captures something held off the host.
+
+    The function's outputs travel as one ``tf.experimental.Optional`` (a single variant:
+    tf.data's graph rewrite refuses a function carrying the attribute with several plain
+    tensor outputs), unpacked by a one-op ``Dataset.map`` after it."""
+
+    def packed(*args):
+        return tf.experimental.Optional.from_value(map_func(*args))
+
+    mapped = HostMapDataset(dataset, packed, num_parallel_calls, deterministic, name)
+    if not on_host(mapped._map_func.function.captured_inputs):  # noqa: SLF001
+        return dataset.map(map_func, num_parallel_calls=num_parallel_calls,
+                           deterministic=deterministic, name=name)
+    return mapped.map(lambda optional: optional.get_value())
 
 
 __all__ = ["HostMapDataset", "SINGLE_DEVICE_ATTRIBUTE", "host_map", "on_host"]
