@@ -19,9 +19,10 @@ best pass of each path counts, so that a ratio's two sides see the same machine 
 the 1-minute load average is printed per scale):
 
 * ``tf.data map``: ``host_map(Dataset.from_tensor_slices(lines).batch(256), tokenizer,
-  AUTOTUNE).prefetch`` iterated to the end, as the project's training input pipelines run
-  it (``lmfactory.models.host_map``: tf.data's parallel map op, its function instantiated
-  on the host device alone, without the multi-device path's per-iterator Grappler run).
+  AUTOTUNE).prefetch`` iterated to the end, as the project's fine-tuning input pipeline
+  runs it (components/trainer/task_data.py; ``lmfactory.models.host_map``: tf.data's
+  parallel map op, its function instantiated on the host device alone, without the
+  multi-device path's per-iterator placement, Grappler and partitioning).
 * ``tf.data Dataset.map``: the same with tf.data's own ``Dataset.map`` (1x only).
 * ``tf.function``: one traced function called on each batch (ragged ids out).
 * ``eager call``: ``tokenizer(batch)`` outside any graph, as a user calls it; keras-nlp
