@@ -17,8 +17,8 @@ public ``map`` has no way to set a function attribute, so :class:`HostMapDataset
 ``Dataset.map(fn, num_parallel_calls)`` (the same ``ParallelMapDatasetV2`` op, the same
 traced function) with the attribute set: a mechanism tf.data lacks, built on its
 ``StructuredFunctionWrapper``. :func:`host_map` returns the function's outputs packed in one
-``tf.experimental.Optional`` and unpacks them with a one-op ``Dataset.map`` (whose
-instantiation costs about a millisecond), so the elements are ``Dataset.map``'s.
+``tf.experimental.Optional`` and unpacks them with a one-op ``Dataset.map`` (a few
+milliseconds to instantiate), so the elements are ``Dataset.map``'s.
 
 Use it only for functions that run entirely on the host (string ops, lookups, ragged
 packing): a function that captures a tensor or resource held on another device falls back
