@@ -28,8 +28,14 @@ to ``Dataset.map``.
 from __future__ import annotations
 
 import tensorflow as tf
-from tensorflow.python.data.ops import dataset_ops, structured_function
-from tensorflow.python.ops import gen_dataset_ops
+
+try:  # tf.data internals (TensorFlow 2.16, pinned); without them host_map is Dataset.map
+    from tensorflow.python.data.ops import dataset_ops, structured_function
+    from tensorflow.python.ops import gen_dataset_ops
+    _UnaryDataset = dataset_ops.UnaryDataset
+except (ImportError, AttributeError):  # pragma: no cover - another TensorFlow version
+    structured_function = gen_dataset_ops = None
+    _UnaryDataset = object
 
 # TensorFlow's FunctionLibraryDefinition::kIntsOnDeviceAttr: a tf.data function carrying it
 # is instantiated on the iterator's device alone (CapturedFunction: use_multi_device_function
@@ -37,7 +43,7 @@ from tensorflow.python.ops import gen_dataset_ops
 SINGLE_DEVICE_ATTRIBUTE = "experimental_ints_on_device"
 
 
-class HostMapDataset(dataset_ops.UnaryDataset):
+class HostMapDataset(_UnaryDataset):
     """``input_dataset.map(map_func, num_parallel_calls, deterministic)`` whose function is
     instantiated on the host device alone (see the module docstring)."""
 
@@ -89,6 +95,10 @@ def host_map(dataset: tf.data.Dataset, map_func, num_parallel_calls=tf.data.AUTO
     The function's outputs travel as one ``tf.experimental.Optional`` (a single variant:
     tf.data's graph rewrite refuses a function carrying the attribute with several plain
     tensor outputs), unpacked by a one-op ``Dataset.map`` after it."""
+
+    if structured_function is None:
+        return dataset.map(map_func, num_parallel_calls=num_parallel_calls,
+                           deterministic=deterministic, name=name)
 
     def packed(*args):
         return tf.experimental.Optional.from_value(map_func(*args))
