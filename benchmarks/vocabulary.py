@@ -464,13 +464,15 @@ def make_plots(figures, scales, out_dir) -> list:
 # What changed each figure since the last report (one line each; the report prints them).
 CHANGES = {
     "Beam multi_processing": (
-        "session 16: the records are spread over the workers (batches of 256 records through "
-        "one shuffle; the ingested split is one GZIP file, which one worker read and counted "
-        "alone) and the learner runs in the launching process after the pipeline (a worker "
-        "imported TensorFlow and Keras for that one step)"),
-    "Beam policy / in_memory": "session 16: the same pipeline change (one more shuffle, no "
-                               "worker import)",
-    "in-process, tokenizers (Rust), keras-nlp": "unchanged code; they move with the load",
+        "session 18: the counting below, and a WordPiece worker no longer imports "
+        "TensorFlow (its BERT normalisation and split in plain Python, "
+        "components/pretraining_data/plain_wordpiece.py, same counts)"),
+    "in-process, Beam policy / in_memory": (
+        "session 18: BPE and WordPiece count each distinct space-separated piece of a "
+        "512-line batch once (joined lines cut by one regex pass, pieces counted in C, each "
+        "distinct piece split once and cached per process) instead of splitting every line; "
+        "WordPiece counts in plain Python instead of TF ops (same counts, same vocabularies)"),
+    "tokenizers (Rust), keras-nlp": "unchanged code; they move with the load",
 }
 
 

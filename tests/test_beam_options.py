@@ -120,12 +120,13 @@ print("tensorflow" in sys.modules, "tfx" in sys.modules)
 """
 
 
-def test_a_bpe_counting_worker_imports_no_tensorflow():
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
+def test_a_counting_worker_imports_no_tensorflow(kind):
     """What an SDK worker does with the pickled step: unpickle it and count an Example."""
     from apache_beam.internal import pickler
 
-    config = executor.VocabularyConfig(kind="bpe", vocab_size=300)
-    step = counting.CountWordsFn(executor.LEARNERS["bpe"].count, config.count_settings,
+    config = executor.VocabularyConfig(kind=kind, vocab_size=300)
+    step = counting.CountWordsFn(executor.LEARNERS[kind].count, config.count_settings,
                                  ["text"])
     record = _example({"text": tf.train.Feature(bytes_list=tf.train.BytesList(
         value=[b"Hello hello world"]))})

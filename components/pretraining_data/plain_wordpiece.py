@@ -14,10 +14,11 @@ using the keras-nlp layer.
 The steps (Devlin et al. 2019, BERT, and google-research/bert ``tokenization.py``; Wu et al.
 2016 §4.1 for WordPiece):
 
-1. ``bert_normalize``: drop "other" (Unicode category C*) characters except ``\\t \\n \\r``,
-   and U+FFFD; turn every Python whitespace and ``Zs`` character into a space; with
-   ``strip_accents``, NFD and drop ``Mn`` marks; with ``lowercase``, lowercase character by
-   character (capital sigma mapped first, so no Final_Sigma rule).
+1. ``bert_normalize``: drop "other" characters except ``\\t \\n \\r`` (Cc, Cf, Co, Cs: RE2's
+   ``\\p{C}``, which the TF op uses; unassigned code points stay), and U+FFFD; turn every
+   Python whitespace and ``Zs`` character into a space; with ``strip_accents``, NFD and
+   drop ``Mn`` marks; with ``lowercase``, lowercase character by character (capital sigma
+   mapped first, so no Final_Sigma rule).
 2. keras-nlp's ``pretokenize`` (split=True, split_on_cjk=True): CJK ideographs and
    punctuation (ASCII non-alphanumerics ``!-/ :-@ [-` {-~`` and Unicode ``P*``) are words of
    their own; the rest splits on whitespace.
@@ -89,7 +90,8 @@ class _Normalization(dict):
     def __missing__(self, point: int):
         character = chr(point)
         category = unicodedata.category(character)
-        if (category.startswith("C") and character not in "\t\n\r") or point == 0xFFFD:
+        # RE2's \p{C} (the TF op's class) is Cc, Cf, Co and Cs: unassigned (Cn) stays
+        if (category in _DROPPED_CATEGORIES and character not in "\t\n\r") or point == 0xFFFD:
             value = None
         elif character.isspace() or category == "Zs":
             value = 0x20
@@ -99,6 +101,7 @@ class _Normalization(dict):
         return value
 
 
+_DROPPED_CATEGORIES = ("Cc", "Cf", "Co", "Cs")
 _NORMALIZATION = _Normalization()
 _ASCII_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # Cc but \t \n \r
 _ASCII_SPACES = re.compile(r"[\t\n\r]")
@@ -116,6 +119,12 @@ def bert_normalize(text: str, lowercase: bool = True, strip_accents: bool = True
     if lowercase:
         text = text.replace("\u03a3", "\u03c3").lower()
     return text
+
+
+def split_words(normalized: str) -> list[str]:
+    """keras-nlp's ``pretokenize`` split (step 2 of the module docstring) of normalised
+    text: punctuation and CJK characters alone, the rest split on whitespace."""
+    return (_ASCII_SPLITTER if normalized.isascii() else _splitter()).findall(normalized)
 
 
 class PlainWordPiece:
@@ -190,4 +199,4 @@ def for_vocabulary(tokenizer_config: dict, vocabulary: Sequence[str]):
                           specials.get("unk", "[UNK]"))
 
 
-__all__ = ["PlainWordPiece", "bert_normalize", "for_vocabulary"]
+__all__ = ["PlainWordPiece", "bert_normalize", "for_vocabulary", "split_words"]

@@ -4,9 +4,10 @@ text lines -> the kind's pre-tokenization -> word counts, summed over a whole bu
 This module is what a Beam SDK worker unpickles, so it imports only the standard library,
 Beam, protobuf and the light per-kind modules; TensorFlow (and, through
 ``lmfactory.models``, Keras and every architecture) is imported only by the kinds whose
-pre-tokenization runs TensorFlow ops (WordPiece, SentencePiece, word), when they first
-count. A worker that counts byte-level BPE words or bytes starts without TensorFlow (~3-4 s
-less per worker process, issue 17).
+pre-tokenization runs TensorFlow ops (SentencePiece, word), when they first count. A worker
+that counts WordPiece or byte-level BPE words, or bytes, starts without TensorFlow (~3-4 s
+less per worker process, issue 17). WordPiece and BPE count each distinct space-separated
+piece of a batch once (``wordpiece.count_lines_plain``, ``bpe.count_words``).
 
 Counting per bundle (:class:`CountWordsFn`): the lines of a bundle are pre-tokenized in
 batches and summed in one ``Counter``, emitted as (word, count) pairs when the bundle ends
@@ -104,7 +105,8 @@ def text_lines(serialized_example: bytes, text_features: Sequence[str]) -> Itera
 
 # --- Per-kind counting of a batch of lines -----------------------------------------------
 def count_wordpiece(lines: Sequence[str], config) -> list[tuple[str, int]]:
-    return wordpiece.count_lines(lines, config.lowercase, config.strip_accents)
+    # plain Python: the counts of the TF ops' split (wordpiece.count_lines), no TensorFlow
+    return wordpiece.count_lines_plain(lines, config.lowercase, config.strip_accents)
 
 
 def count_sentencepiece(lines: Sequence[str], config) -> list[tuple[str, int]]:

@@ -69,6 +69,53 @@ def count_lines(lines: Sequence[str], lowercase: bool = True,
     return [(word.decode("utf-8"), count) for word, count in counts.items() if word]
 
 
+PIECE_CACHE_SIZE = 1 << 18  # distinct pieces whose words a process keeps (Zipf: most text)
+
+
+_PIECE_WORDS: dict[tuple[bool, bool], dict[str, tuple[str, ...]]] = {}  # per process
+
+
+def _piece_words(piece: str, lowercase: bool, strip_accents: bool) -> tuple[str, ...]:
+    """The words of one space-free piece of a line, by the plain-Python steps, and
+    remembered (emptied when ``PIECE_CACHE_SIZE`` pieces are held)."""
+    from lmfactory.components.pretraining_data import plain_wordpiece
+
+    words = tuple(plain_wordpiece.split_words(
+        plain_wordpiece.bert_normalize(piece, lowercase, strip_accents)))
+    remembered = _PIECE_WORDS.setdefault((lowercase, strip_accents), {})
+    if len(remembered) >= PIECE_CACHE_SIZE:
+        remembered.clear()
+    remembered[piece] = words
+    return words
+
+
+def count_lines_plain(lines: Sequence[str], lowercase: bool = True,
+                      strip_accents: bool = True) -> list[tuple[str, int]]:
+    """The (word, count) pairs of :func:`count_lines`, without TensorFlow.
+
+    BERT's normalisation and keras-nlp's split written in plain Python
+    (``components/pretraining_data/plain_wordpiece.py``, the mechanism tf-text lacks: no
+    TensorFlow, so a Beam worker that counts does not import it). Both steps go character by
+    character and a space always separates words (it is kept as a space, ``" "`` has no
+    decomposition and starts an NFD segment; lowercasing has no context once capital sigma
+    is mapped first), so the lines are cut at spaces (joined by one first), the pieces
+    counted in C, and each distinct piece normalised and split once (cached per process,
+    ``PIECE_CACHE_SIZE``). tests/test_vocabulary_counting.py checks the counts against
+    :func:`count_lines`.
+    """
+    pieces = collections.Counter(" ".join(lines).split(" "))
+    words = collections.defaultdict(int)
+    lowercase, strip_accents = bool(lowercase), bool(strip_accents)
+    remembered = _PIECE_WORDS.get((lowercase, strip_accents), {})
+    for piece, count in pieces.items():
+        found = remembered.get(piece)
+        if found is None:
+            found = _piece_words(piece, lowercase, strip_accents)
+        for word in found:
+            words[word] += count
+    return list(words.items())
+
+
 COUNTINGS = ("remainders", "tensorflow_text")
 
 
