@@ -38,7 +38,8 @@ RUNNING_MODES = ("auto", "in_memory", "multi_threading", "multi_processing")
 OPTIMIZER_DEFAULTS = {"adam_beta_1": 0.9, "adam_beta_2": 0.999, "adam_epsilon": 1e-6,
                       "clip_norm": 1.0, "learning_rate_decay": "linear",
                       "final_learning_rate_fraction": 0.0,
-                      # "sgd": plain SGD on the same schedule (word2vec.c, Mikolov et al. 2013)
+                      # "sgd": plain SGD on the same schedule (word2vec.c, Mikolov et al. 2013);
+                      # "adagrad": accumulators from 1, clipped, no decay (ELMo's bilm-tf)
                       "optimizer": "adamw"}
 
 DEFAULTS = {
@@ -537,10 +538,13 @@ def validate(recipe: dict) -> dict:
         check.fraction(f"{stage}.adam_epsilon", 1e-12, 1.0)
         check.fraction(f"{stage}.clip_norm", 0.0, 1e9)
         check.choice(f"{stage}.learning_rate_decay", DECAYS)
-        if check.choice(f"{stage}.optimizer", OPTIMIZERS) == "sgd" and (
-                recipe[stage]["weight_decay"] or recipe[stage]["clip_norm"]):
+        optimizer = check.choice(f"{stage}.optimizer", OPTIMIZERS)
+        if optimizer == "sgd" and (recipe[stage]["weight_decay"] or recipe[stage]["clip_norm"]):
             raise RecipeError(f"{stage}.optimizer", "sgd is plain SGD: set weight_decay and "
                                                     "clip_norm to 0")
+        if optimizer == "adagrad" and recipe[stage]["weight_decay"]:
+            raise RecipeError(f"{stage}.optimizer", "adagrad has no weight decay: set "
+                                                    "weight_decay to 0")
         check.fraction(f"{stage}.final_learning_rate_fraction", 0.0, 1.0)
         if not isinstance(recipe[stage].get("task_args", {}), dict):
             raise RecipeError(f"{stage}.task_args", "must be a mapping of the task model's "

@@ -72,3 +72,24 @@ def test_fused_update_equals_keras_adamw_step():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
     untouched = np.delete(np.arange(10), [1, 4, 7])  # rows with no gradient: decay only
     np.testing.assert_allclose(fused[2][untouched], reference[2][untouched], rtol=1e-6)
+
+
+def test_adagrad_is_bilm_tf_s_optimizer_and_refuses_weight_decay():
+    """"adagrad": Duchi et al.'s rule with accumulators starting at 1 (bilm-tf's
+    initial_accumulator_value) and global-norm clipping; it has no weight decay."""
+    import numpy as np
+    import tensorflow as tf
+
+    import keras
+
+    optimizer = make_optimizer(0.2, total_steps=10, warmup_fraction=0.0, weight_decay=0.0,
+                               clip_norm=10.0, final_learning_rate_fraction=1.0,
+                               optimizer="adagrad")
+    variable = keras.Variable(np.zeros(2, "float32"))
+    gradient = tf.constant([30.0, 40.0])  # norm 50: clipped to 10 -> [6, 8]
+    optimizer.apply_gradients([(gradient, variable)])
+    clipped = np.array([6.0, 8.0])
+    expected = -0.2 * clipped / np.sqrt(1.0 + clipped ** 2)
+    np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-5)
+    with pytest.raises(ValueError, match="no weight decay"):
+        make_optimizer(0.2, total_steps=10, weight_decay=0.01, optimizer="adagrad")

@@ -28,6 +28,7 @@ def test_every_shipped_recipe_is_valid():
     ("runtime.strategy=magic", "runtime.strategy"),
     ("finetuning.text_features=[]", "finetuning.text_features"),
     ("runtime.beam.direct_num_workers=zero", "runtime.beam.direct_num_workers"),
+    ("pretraining.optimizer=adagrad", "pretraining.optimizer"),  # with weight decay 0.01
     # Sizes the architecture cannot take fail here, not deep inside a stage (issue 18).
     ("finetuning.sequence_length=1024", "finetuning.sequence_length"),
     ("objective.max_seq_length=600", "objective.max_seq_length"),

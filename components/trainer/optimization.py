@@ -23,8 +23,10 @@ import tensorflow as tf
 
 DECAYS = ("linear", "cosine", "inverse_sqrt")
 # "sgd": plain SGD (no momentum, weight decay or clipping) on the same schedule: word2vec.c's
-# optimiser (Mikolov et al. 2013).
-OPTIMIZERS = ("adamw", "sgd")
+# optimiser (Mikolov et al. 2013). "adagrad": Adagrad with accumulators starting at 1 and
+# global-norm clipping, no weight decay: the optimiser of ELMo's released biLM (bilm-tf's
+# training: Adagrad, learning rate 0.2, clip 10).
+OPTIMIZERS = ("adamw", "sgd", "adagrad")
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -114,17 +116,45 @@ class InverseSqrtDecay(keras.optimizers.schedules.LearningRateSchedule):
         return {"scale": self.scale, "warmup_steps": self.warmup_steps}
 
 
-@keras.saving.register_keras_serializable(package="lmfactory")
-class AdamW(keras.optimizers.AdamW):
-    """Keras AdamW whose global-norm clipping sees the gradient of the GLOBAL batch, and
-    whose update is one fused kernel per variable.
+class GlobalBatchClipping:
+    """Global-norm clipping of the gradient of the GLOBAL batch (mixed into a Keras
+    optimizer; ``clip_global_norm`` None or 0 = no clipping).
 
-    Clipping: Keras 3.12 applies ``global_clipnorm`` inside each replica, to that replica's
-    partial gradient, before the cross-replica sum, so under MirroredStrategy/TPUStrategy
-    the clip differs from one device on the same batch. Here the norm is taken of the
-    all-reduced gradient (one extra all-reduce when clipping with several replicas) and
-    every replica's share is scaled by the same factor, so the summed update equals the
-    single-device one.
+    Keras 3.12 applies ``global_clipnorm`` inside each replica, to that replica's partial
+    gradient, before the cross-replica sum, so under MirroredStrategy/TPUStrategy the clip
+    differs from one device on the same batch. Here the norm is taken of the all-reduced
+    gradient (one extra all-reduce when clipping with several replicas) and every replica's
+    share is scaled by the same factor, so the summed update equals the single-device one.
+    """
+
+    def _clip_gradients(self, grads):
+        grads = super()._clip_gradients(grads)
+        if not self.clip_global_norm:
+            return grads
+        present = [tf.convert_to_tensor(g) for g in grads if g is not None]
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            present = context.all_reduce(tf.distribute.ReduceOp.SUM, present)
+        norm = tf.linalg.global_norm(present)
+        scale = self.clip_global_norm / tf.maximum(norm, self.clip_global_norm)
+        return [None if g is None else g * tf.cast(scale, g.dtype) for g in grads]
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class Adagrad(GlobalBatchClipping, keras.optimizers.Adagrad):
+    """Keras Adagrad (Duchi et al. 2011) with `GlobalBatchClipping`."""
+
+    def __init__(self, clip_global_norm: float | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.clip_global_norm = clip_global_norm
+
+    def get_config(self):
+        return {**super().get_config(), "clip_global_norm": self.clip_global_norm}
+
+
+@keras.saving.register_keras_serializable(package="lmfactory")
+class AdamW(GlobalBatchClipping, keras.optimizers.AdamW):
+    """Keras AdamW with `GlobalBatchClipping` and one fused kernel per variable.
 
     Update: Keras' Adam step is about ten element-wise TF ops per variable, each a full pass
     over the variable's memory (m, v, their temporaries, the step). On TensorFlow, float32
@@ -179,18 +209,6 @@ class AdamW(keras.optimizers.AdamW):
             epsilon=tf.cast(self.epsilon, dtype),
             grad=tf.cast(tf.convert_to_tensor(gradient), dtype))
 
-    def _clip_gradients(self, grads):
-        grads = super()._clip_gradients(grads)
-        if not self.clip_global_norm:
-            return grads
-        present = [tf.convert_to_tensor(g) for g in grads if g is not None]
-        context = tf.distribute.get_replica_context()
-        if context is not None and context.num_replicas_in_sync > 1:
-            present = context.all_reduce(tf.distribute.ReduceOp.SUM, present)
-        norm = tf.linalg.global_norm(present)
-        scale = self.clip_global_norm / tf.maximum(norm, self.clip_global_norm)
-        return [None if g is None else g * tf.cast(scale, g.dtype) for g in grads]
-
     def get_config(self):
         return {**super().get_config(), "clip_global_norm": self.clip_global_norm,
                 "fused": self.fused}
@@ -226,6 +244,12 @@ def make_optimizer(learning_rate: float, total_steps: int, warmup_fraction: floa
             raise ValueError(f"optimizer 'sgd' is plain SGD: set weight_decay and clip_norm to "
                              f"0, got {weight_decay} and {clip_norm}")
         return keras.optimizers.SGD(learning_rate=schedule)
+    if optimizer == "adagrad":
+        if weight_decay:
+            raise ValueError(f"optimizer 'adagrad' has no weight decay: set weight_decay to 0, "
+                             f"got {weight_decay}")
+        return Adagrad(learning_rate=schedule, initial_accumulator_value=1.0,
+                       clip_global_norm=clip_norm)
     optimizer = AdamW(
         learning_rate=schedule, weight_decay=weight_decay, beta_1=beta_1, beta_2=beta_2,
         epsilon=epsilon, clip_global_norm=clip_norm)
