@@ -41,11 +41,12 @@ def test_a_group_unfrozen_late_starts_adams_bias_correction_afresh():
                                                        beta_2=0.99),
                        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x, y = data()
-    dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
-    classifier.fit(dataset, steps_per_epoch=period, epochs=1, verbose=0)
+    train_step = tf.function(classifier.train_step)
+    for _ in range(period):
+        train_step((x, y))
     lstm_1 = classifier.layer_groups()[2]
     before = [np.asarray(v).copy() for v in lstm_1]
-    classifier.fit(dataset, steps_per_epoch=1, epochs=1, verbose=0)
+    train_step((x, y))
     largest = max(np.abs(np.asarray(v) - b).max() for v, b in zip(lstm_1, before))
     np.testing.assert_allclose(largest, learning_rate / 2.6, rtol=0.02)
     # The factor is 1 for a group trained from the first step and tends to 1 for all.

@@ -17,6 +17,8 @@ and the classifier (`UlmfitClassifier`):
 
 from __future__ import annotations
 
+import math
+
 from keras import ops
 
 from lmfactory.models.awd_lstm.slanted_triangular import SlantedTriangular
@@ -55,8 +57,10 @@ def adam_restart_factors(step, num_groups, unfreeze_every, beta_1, beta_2):
     is zero)."""
     t = ops.cast(step, "float32") + 1.0
 
+    log_beta_1, log_beta_2 = math.log(beta_1), math.log(beta_2)
+
     def correction(count):
-        return ops.sqrt(1.0 - ops.power(beta_2, count)) / (1.0 - ops.power(beta_1, count))
+        return ops.sqrt(1.0 - ops.exp(count * log_beta_2)) / (1.0 - ops.exp(count * log_beta_1))
 
     factors = []
     for group in range(num_groups):
