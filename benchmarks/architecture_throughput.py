@@ -29,7 +29,9 @@ batches: `BertMaskedLM`, `RobertaMaskedLM`, `AlbertMaskedLM`, `DistilBertMaskedL
 LM only: keras-hub has no NSP / SOP head and no distillation) and `GPT2CausalLM`. keras-hub
 has an ELECTRA backbone but no ELECTRA pretraining task, so ELECTRA has no peer.
 
-Timing: every model is compiled with AdamW (lr 1e-4, weight decay 0.01) and runs `fit` for
+Timing: every model is compiled with Keras' AdamW (lr 1e-4, weight decay 0.01), so the
+figures compare the models alone (`pretraining.py` also times the project's fused AdamW, what
+its trainer uses), and runs `fit` for
 2 warm-up steps (tracing), then the project model and its peer take turns, 3 rounds of one
 step each; the figure is the fastest step. tokens/s = batch x sequence / step time.
 """

@@ -10,8 +10,10 @@ same sizes, on the same batches, in the same run.
         # one configuration (all its variants) and the bf16 loss curves only
 
 What runs. Each configuration builds every contender with random weights (dropout 0.1, as
-in pretraining) and compiles it with the same optimiser (AdamW, lr 1e-4, weight decay
-0.01); keras-hub's tasks keep their own default loss and weighted accuracy metric, ours
+in pretraining) and compiles it with AdamW, lr 1e-4, weight decay 0.01: the project's
+models with the project's AdamW (the trainer's; its update is TF's fused Adam kernel),
+keras-hub's with Keras' AdamW, and the "(Keras AdamW)" rows are the project's model with
+Keras' AdamW, which separates the model's share of the gain from the optimiser's; keras-hub's tasks keep their own default loss and weighted accuracy metric, ours
 compute their own loss and metrics (`compute_loss`, CONTRACTS §3). All contenders of a
 configuration read one tf.data pipeline of synthetic batches (`encoder_data` /
 `decoder_data`: the same token ids, padding, segment ids, masked positions, targets and
@@ -81,6 +83,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from lmfactory import models  # noqa: E402
+from lmfactory.components.trainer.optimization import AdamW  # noqa: E402
 from lmfactory.components.trainer.precision import precision_policy  # noqa: E402
 from lmfactory.components.trainer.strategy import make_strategy  # noqa: E402
 from lmfactory.models.gpt2.gpt2_causal_lm import tied_logits  # noqa: E402
@@ -106,7 +109,8 @@ ENCODER_CONTENDERS = ("project MLM+NSP", "project MLM", "keras-hub MLM")
 DECODER_CONTENDERS = ("project CLM", "keras-hub CLM")
 SCALING_CONTENDERS = ("project MLM+NSP", "keras-hub MLM")
 PEERS = {"project MLM+NSP": "keras-hub MLM", "project MLM": "keras-hub MLM",
-         "project CLM": "keras-hub CLM"}
+         "project CLM": "keras-hub CLM", "project MLM+NSP (Keras AdamW)": "keras-hub MLM",
+         "project CLM (Keras AdamW)": "keras-hub CLM"}
 
 
 @dataclasses.dataclass
@@ -209,8 +213,12 @@ def pipeline_batches_per_second(data: tf.data.Dataset, batches: int = 200) -> fl
 # --------------------------------------------------------------------------- models
 
 
+KERAS_OPTIMIZER = " (Keras AdamW)"  # suffix: a project model compiled with Keras' AdamW
+
+
 def build_contender(contender: str, shape: dict, seq_len: int):
     """An uncompiled task model for ``contender`` at ``shape`` (random weights)."""
+    contender = contender.removesuffix(KERAS_OPTIMIZER)
     max_length = max(512, seq_len)
     if contender == "project MLM+NSP":
         backbone = models.build("bert", "mini", **shape, max_sequence_length=max_length)
@@ -231,15 +239,23 @@ def build_contender(contender: str, shape: dict, seq_len: int):
     raise ValueError(f"unknown contender {contender!r}")
 
 
+def contender_optimizer(contender: str):
+    """AdamW, lr 1e-4, weight decay 0.01 on every variable: the project's own (fused
+    update, components/trainer/optimization.py, what its trainer uses) for the project's
+    models, Keras' for keras-hub's and for the ``KERAS_OPTIMIZER`` rows."""
+    if contender.startswith("project") and not contender.endswith(KERAS_OPTIMIZER):
+        return AdamW(learning_rate=1e-4, weight_decay=0.01)
+    return keras.optimizers.AdamW(1e-4, weight_decay=0.01)
+
+
 def compiled_contender(contender: str, shape: dict, seq_len: int, variant: str, strategy):
     """``build_contender`` under the variant's dtype policy (set as the recipe's
-    ``runtime.precision`` sets it, `precision_policy`), compiled with AdamW inside
-    ``strategy``'s scope (``jit_compile`` per the variant)."""
+    ``runtime.precision`` sets it, `precision_policy`), compiled with its AdamW
+    (`contender_optimizer`) inside ``strategy``'s scope (``jit_compile`` per the variant)."""
     jit_compile, policy = VARIANTS[variant]
     with precision_policy(policy), strategy.scope():
         model = build_contender(contender, shape, seq_len)
-        model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01),
-                      jit_compile=jit_compile)
+        model.compile(optimizer=contender_optimizer(contender), jit_compile=jit_compile)
     return model
 
 
@@ -370,7 +386,7 @@ def loss_curves(shape_name: str, steps: int, strategy, seed: int = 0) -> dict:
 
     def build(precision):
         model = build_contender("project MLM+NSP", shape, 128)
-        model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.01))
+        model.compile(optimizer=contender_optimizer("project MLM+NSP"))
         return model
 
     return pretraining_precision.loss_curves(build, data, steps, seed, strategy)
@@ -390,9 +406,11 @@ def plan(scales, quick: bool):
                          "bf16": ("project MLM+NSP", "keras-hub MLM")}
         setups = [Setup("BERT-mini", 32, 128, 20, every_variant),
                   Setup("BERT-small", 32, 128, 20,
-                        {"default": ("project MLM+NSP", "keras-hub MLM"),
+                        {"default": ("project MLM+NSP", "project MLM+NSP" + KERAS_OPTIMIZER,
+                                     "keras-hub MLM"),
                          "bf16": ("project MLM+NSP", "keras-hub MLM")}),
-                  Setup("GPT-2-small", 4, 128, 0, {"default": DECODER_CONTENDERS})]
+                  Setup("GPT-2-small", 4, 128, 0,
+                        {"default": DECODER_CONTENDERS + ("project CLM" + KERAS_OPTIMIZER,)})]
         base, tokens = 32, 4096
         cases = [("BERT-mini MLM", 32, 20, 256, BERT_VOCABULARY),
                  ("GPT-2-small CLM", 4, 128, 768, GPT2_VOCABULARY)]

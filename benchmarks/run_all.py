@@ -24,9 +24,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-BENCHMARKS = ("pretraining", "architecture_throughput", "vocabulary", "tokenization",
-              "example_generation", "serving", "word2vec_gensim", "nnlm_kneser_ney",
-              "generation")
+BENCHMARKS = ("pretraining", "step_profile", "architecture_throughput", "vocabulary",
+              "tokenization", "example_generation", "serving", "word2vec_gensim",
+              "nnlm_kneser_ney", "generation")
 DRIVER = ("import sys; sys.path.insert(0, {folder!r}); import common, {name} as module; "
           "common.save_result(module.run(scales={scales!r}, out_dir={out!r}, "
           "quick={quick!r}), {out!r})")
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run, < 5 minutes")
     parser.add_argument("--scales", default="1,4,16")
     parser.add_argument("--only", default="", help="comma-separated benchmark names")
-    parser.add_argument("--timeout", type=float, default=600.0,
+    parser.add_argument("--timeout", type=float, default=1200.0,
                         help="seconds one benchmark may take")
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n] or list(BENCHMARKS)

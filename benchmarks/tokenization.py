@@ -18,17 +18,21 @@ also fills the word caches, up to 5 interleaved rounds, every path once a round,
 best pass of each path counts, so that a ratio's two sides see the same machine load;
 the 1-minute load average is printed per scale):
 
-* ``tf.data map``: ``Dataset.from_tensor_slices(lines).batch(256).map(tokenizer,
-  AUTOTUNE).prefetch`` iterated to the end, as training input pipelines run it.
+* ``tf.data map``: ``host_map(Dataset.from_tensor_slices(lines).batch(256), tokenizer,
+  AUTOTUNE).prefetch`` iterated to the end, as the project's fine-tuning input pipeline
+  runs it (components/trainer/task_data.py; ``lmfactory.models.host_map``: tf.data's
+  parallel map op, its function instantiated on the host device alone, without the
+  multi-device path's per-iterator placement, Grappler and partitioning).
+* ``tf.data Dataset.map``: the same with tf.data's own ``Dataset.map`` (1x only).
 * ``tf.function``: one traced function called on each batch (ragged ids out).
 * ``eager call``: ``tokenizer(batch)`` outside any graph, as a user calls it; keras-nlp
   turns the ragged result into Python lists.
 * ``tokenizers encode_batch``: Rust, threads on both cores; ids read back into Python.
 
-Fixed costs (bpe, 1x): a tf.data pass split into starting the iterator (tf.data's graph
-rewrites, Grappler on the map function, its instantiation: paid by every iterator, i.e.
-every epoch), the first batch and the others; tracing the map function is paid once per
-dataset.
+Fixed costs (bpe, 1x): a tf.data pass split into starting the iterator (instantiating the
+map function: paid by every iterator, i.e. every epoch; through ``Dataset.map`` that
+includes placement, Grappler and partitioning of the function), the first batch and the
+others, for both maps; tracing the map function is paid once per dataset.
 
 Agreement: the share of sentences whose ids are identical (corpus lines, WikiText-2
 validation lines and a few hard strings); the first disagreements are printed with their
@@ -135,13 +139,13 @@ def runners(tokenizer, rust, lines: list[str]) -> dict:
     string_batches = [tf.constant(batch) for batch in batches(lines)]
     text_batches = batches(lines)
     traced = tf.function(lambda batch: tokenizer(batch))
-    dataset = (tf.data.Dataset.from_tensor_slices(lines).batch(BATCH)
-               .map(tokenizer, num_parallel_calls=tf.data.AUTOTUNE)
-               .prefetch(tf.data.AUTOTUNE))
+    dataset, plain = (tokenized_dataset(tokenizer, lines, host) for host in (True, False))
 
     def run_dataset():
-        for _ in dataset:
-            pass
+        collections.deque(dataset, maxlen=0)
+
+    def run_plain():
+        collections.deque(plain, maxlen=0)
 
     def run_traced():
         for batch in string_batches:
@@ -155,8 +159,22 @@ def runners(tokenizer, rust, lines: list[str]) -> dict:
         for batch in text_batches:
             [encoding.ids for encoding in rust.encode_batch(batch, add_special_tokens=False)]
 
-    return {"tf.data map": run_dataset, "tf.function": run_traced, "eager call": run_eager,
+    return {"tf.data map": run_dataset, "tf.data Dataset.map": run_plain,
+            "tf.function": run_traced, "eager call": run_eager,
             "tokenizers encode_batch": run_rust}
+
+
+def tokenized_dataset(tokenizer, lines: list[str], host: bool = True):
+    """Batches of 256 lines -> ids, mapped by the project's ``host_map`` (``host``) or by
+    tf.data's ``Dataset.map``; prefetched."""
+    import tensorflow as tf
+
+    from lmfactory.models.host_map import host_map
+
+    batched = tf.data.Dataset.from_tensor_slices(lines).batch(BATCH)
+    mapped = (host_map(batched, tokenizer, num_parallel_calls=tf.data.AUTOTUNE) if host
+              else batched.map(tokenizer, num_parallel_calls=tf.data.AUTOTUNE))
+    return mapped.prefetch(tf.data.AUTOTUNE)
 
 
 def interleaved(modes: dict, sentences: int, quick: bool) -> tuple[dict, dict]:
@@ -181,17 +199,13 @@ def interleaved(modes: dict, sentences: int, quick: bool) -> tuple[dict, dict]:
     return first, {name: sentences / seconds for name, seconds in best.items()}
 
 
-def fixed_costs(tokenizer, lines: list[str], passes: int = 4) -> dict:
+def fixed_costs(tokenizer, lines: list[str], passes: int = 4, host: bool = True) -> dict:
     """Where a ``tf.data`` pass's time goes: building the dataset (tracing the map
-    function, once), and per pass: starting the iterator (tf.data's graph rewrites,
-    Grappler on the map function, instantiating it: every pass), the first batch, the
-    other batches. Seconds; the per-pass figures are the best of ``passes``."""
-    import tensorflow as tf
-
+    function, once), and per pass: starting the iterator (instantiating the map function:
+    every pass), the first batch, the other batches. Seconds; the per-pass figures are the
+    best of ``passes``. ``host``: the project's ``host_map``, else ``Dataset.map``."""
     started = time.perf_counter()
-    dataset = (tf.data.Dataset.from_tensor_slices(lines).batch(BATCH)
-               .map(tokenizer, num_parallel_calls=tf.data.AUTOTUNE)
-               .prefetch(tf.data.AUTOTUNE))
+    dataset = tokenized_dataset(tokenizer, lines, host)
     record = {"trace": time.perf_counter() - started}
     best = {"iterator start": float("inf"), "first batch": float("inf"),
             "other batches": float("inf")}
@@ -300,6 +314,8 @@ def run(scales=(1, 4, 16), out_dir: str = ".", quick: bool = False) -> common.Re
             if kind == "bpe":
                 figures["fixed_costs"] = {"load": os.getloadavg()[0],
                                           **fixed_costs(tokenizer, base_lines)}
+                figures["fixed_costs_dataset_map"] = fixed_costs(tokenizer, base_lines,
+                                                                 host=False)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     figures["load_average"]["end"] = os.getloadavg()
@@ -355,18 +371,29 @@ def make_tables(figures, scales) -> list:
     tables = [speed, agree, examples]
     costs = figures.get("fixed_costs")
     if costs:
+        plain = figures.get("fixed_costs_dataset_map") or {}
         per_pass = costs["iterator start"] + costs["first batch"] + costs["other batches"]
+        plain_pass = sum(plain.get(name, 0.0)
+                         for name in ("iterator start", "first batch", "other batches"))
+
+        def share(seconds, total):
+            return f"{100 * seconds / total:.0f}%" if total else "-"
+
         tables.insert(1, common.Table(
             title=f"Where a bpe tf.data pass goes ({scales[0]}x corpus, seconds)",
-            columns=["step", "seconds", "share of a pass"],
-            rows=[["trace the map function (once per dataset)", costs["trace"], "-"]]
-            + [[f"{name} (every pass)", costs[name], f"{100 * costs[name] / per_pass:.0f}%"]
+            columns=["step", "host_map (project)", "share of a pass", "Dataset.map",
+                     "share of a pass"],
+            rows=[["trace the map function (once per dataset)", costs["trace"], "-",
+                   plain.get("trace", "-"), "-"]]
+            + [[f"{name} (every pass)", costs[name], share(costs[name], per_pass),
+                plain.get(name, "-"), share(plain.get(name, 0.0), plain_pass)]
                for name in ("iterator start", "first batch", "other batches")],
             digits=3,
-            note=("'iterator start' is tf.data's graph rewrites, Grappler on the map "
-                  "function and its instantiation, paid again by every iterator (every "
-                  "epoch of a training loop); best of 4 passes, load average "
-                  f"{costs['load']:.1f}.")))
+            note=("'iterator start' is instantiating the map function, paid again by every "
+                  "iterator (every epoch of a training loop): through Dataset.map a "
+                  "multi-device instantiation (placement, Grappler, partitioning), through "
+                  "host_map the host device's function runtime alone; best of 4 passes, "
+                  f"load average {costs['load']:.1f}.")))
     return tables
 
 
@@ -390,6 +417,14 @@ def make_plots(figures, scales, out_dir) -> list:
 # What changed each figure since the last report (one line each; the report prints them).
 CHANGES = {
     "bpe tf.data map": (
+        "session 18: the tf.data rows map the tokenizer with lmfactory.models.host_map (the "
+        "same parallel map op and traced function, instantiated on the host device alone: "
+        "no per-iterator placement, Grappler and partitioning, which were ~0.1 s of a 0.15 s "
+        "1x pass); 'tf.data Dataset.map' keeps tf.data's own map as before; the tokenizer's "
+        "rare paths (keras-nlp's split, the merge loop) are traced into its tf.cond branches "
+        "instead of non-inlined functions, which were instantiated with Grappler at their "
+        "first call in every iterator (not on this corpus, whose words are all in the word "
+        "table; on 3,000 WikiText-2 lines a host_map pass went 0.98 -> 0.22 s at load 14); "
         "session 16: the map function's library 82 -> 10 functions (keras-nlp's split of the "
         "rare rows now runs on flat vectors through tf-text's RegexSplitWithOffsets op, "
         "without ~1,000 nodes and 70 ragged assertion functions) and its graph 547 -> 269 "
@@ -397,7 +432,8 @@ CHANGES = {
         "level): Grappler's per-iterator work on the map function shrank ~2.5x, which was "
         "most of a 1x pass"),
     "bpe tf.function / eager call": "session 16: the same smaller graph (fewer ops a batch)",
-    "wordpiece rows": "unchanged code; the figures move with the machine's load",
+    "wordpiece rows": ("session 18: its tf.data map row through host_map as well; "
+                       "otherwise unchanged code"),
     "tokenizers encode_batch": "the peer, unchanged (Rust, 2 threads)",
     "timing": ("session 16: paths timed in interleaved rounds (tokenizers, tf.data, ...), "
                "best pass of each, load average per scale"),
@@ -412,17 +448,25 @@ def findings(figures, scales) -> list:
     costs = figures.get("fixed_costs")
     if costs:
         per_pass = costs["iterator start"] + costs["first batch"] + costs["other batches"]
-        notes.append(f"bpe: a {scales[0]}x tf.data pass is {per_pass:.3f} s, of which "
-                     f"{costs['iterator start']:.3f} s starting the iterator (Grappler on the "
-                     "map function, instantiation: every pass) and "
+        notes.append(f"bpe: a {scales[0]}x tf.data pass (host_map) is {per_pass:.3f} s, of "
+                     f"which {costs['iterator start']:.3f} s starting the iterator "
+                     "(instantiating the map function: every pass) and "
                      f"{costs['other batches'] + costs['first batch']:.3f} s tokenizing; "
                      f"tracing the map function ({costs['trace']:.2f} s) is paid once.")
+        plain = figures.get("fixed_costs_dataset_map")
+        if plain:
+            notes.append(f"bpe: through tf.data's Dataset.map the iterator start is "
+                         f"{plain['iterator start']:.3f} s a pass (placement, Grappler and "
+                         f"partitioning of the map function) and tokenizing "
+                         f"{plain['other batches'] + plain['first batch']:.3f} s.")
     for kind, by_scale in figures["throughput"].items():
         first = by_scale[scales[0]]
         rust = first["tokenizers encode_batch"]
         notes.append(f"{kind}: tokenizers encodes {rust:,.0f} sentences/s; the in-graph "
                      f"tokenizer {first['tf.data map']:,.0f} in tf.data "
-                     f"({first['tf.data map'] / rust:.2f}x), "
+                     f"({first['tf.data map'] / rust:.2f}x; through tf.data's own Dataset.map "
+                     f"{first['tf.data Dataset.map']:,.0f}, "
+                     f"{first['tf.data Dataset.map'] / rust:.2f}x), "
                      f"{first['tf.function']:,.0f} in a tf.function, "
                      f"{first['eager call']:,.0f} called eagerly.")
         if len(scales) > 1:

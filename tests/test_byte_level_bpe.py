@@ -205,3 +205,34 @@ def test_saved_model_takes_raw_strings_and_is_servable(bpe_dir, keras_tokenizer,
     out = served(tf.constant(texts))
     ids = tf.RaggedTensor.from_row_splits(out["ids"], out["splits"]).to_list()
     assert ids == _ids(keras_tokenizer, texts)
+
+
+def test_host_map_gives_dataset_map_ids(bpe_dir, lines):
+    """``host_map`` (tf.data's parallel map, its function instantiated on the host device
+    alone) yields Dataset.map's elements: ragged ids of every path of the tokenizer
+    (word table, merge loop, keras-nlp's split of rare rows), and nested outputs."""
+    from lmfactory.models.host_map import SINGLE_DEVICE_ATTRIBUTE, HostMapDataset, host_map, on_host
+
+    tokenizer = load_tokenizer(bpe_dir)
+    texts = lines[1][:100] + HARD_STRINGS + _fuzz(60, seed=3)
+    batched = tf.data.Dataset.from_tensor_slices(texts).batch(64)
+    mapped = host_map(batched, tokenizer)
+    packed = mapped._input_dataset  # HostMapDataset, then the one-op unpacking map
+    assert isinstance(packed, HostMapDataset)
+    assert packed._map_func.function.function_def.attr[SINGLE_DEVICE_ATTRIBUTE].b
+    for _ in range(2):  # a second iterator instantiates the function again
+        ours = [row for batch in mapped for row in batch.to_list()]
+        assert ours == [row for batch in batched.map(tokenizer) for row in batch.to_list()]
+
+    def nested(batch):
+        return {"ids": tokenizer(batch), "length": tf.strings.length(batch)}, tf.size(batch)
+
+    first = next(iter(host_map(batched, nested)))  # several outputs, int32 among them
+    assert first[0]["ids"].to_list() == ours[:64] and int(first[1]) == 64
+    assert first[0]["length"].numpy().tolist() == [len(t.encode()) for t in texts[:64]]
+
+    class Held:  # a captured tensor's device decides whether host_map may be used
+        def __init__(self, device):
+            self.device = device
+    assert on_host([Held("/job:localhost/replica:0/task:0/device:CPU:0"), Held("")])
+    assert not on_host([Held("/job:localhost/replica:0/task:0/device:GPU:0")])

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from lmfactory.models.host_map import host_map
+
 CLASSIFICATION = "classification"
 REGRESSION = "regression"
 TASK_KINDS = (CLASSIFICATION, REGRESSION)
@@ -98,5 +100,7 @@ def make_classification_dataset(file_pattern: str, preprocessor, text_features: 
     if repeat:
         dataset = dataset.repeat()
     dataset = dataset.batch(batch_size, drop_remainder=repeat)
-    dataset = dataset.map(to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+    # host_map: tf.data's parallel map, its function instantiated without the per-epoch
+    # multi-device (Grappler) pass (models/host_map.py)
+    dataset = host_map(dataset, to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.prefetch(tf.data.AUTOTUNE)

@@ -19,11 +19,14 @@ vocabulary, merges, word cache, merge loop, detokenizer and config, and changes 
    keras-nlp's word cache and merge loop, once per distinct word of the batch. A table
    written for other merges is refused (its header holds a digest of the merges).
 
-The graph is kept small on purpose: a ``tf.data`` iterator re-optimises (Grappler) and
-re-instantiates its map function and every function that function may call, each time it
-starts, i.e. every epoch; with keras-nlp's ragged split in the library that was most of a
-pass over a small corpus (issue 17, benchmarks/tokenization.py's fixed-cost table). The
-rare paths are non-inlined functions, run only when a batch needs them.
+The graph is kept small on purpose: a ``tf.data`` iterator re-instantiates its map function
+each time it starts, i.e. every epoch, and through ``Dataset.map`` that includes placement
+and Grappler on the whole graph (issue 17, benchmarks/tokenization.py's fixed-cost table;
+``lmfactory.models.host_map`` instantiates it without them). The rare paths (keras-nlp's
+split, the merge loop) sit in ``tf.cond`` branches of the same graph, run only when a batch
+needs them: as separate non-inlined functions they were instantiated as multi-device
+functions (Grappler included) at their first call in every iterator, ~0.1 s or more a pass
+over text with words outside the word table.
 
 Every op is TF core (``UnicodeDecodeWithOffsets``, ``Substr``, ``LookupTableFindV2``,
 ``RaggedGather`` ...) or keras-nlp's (TF core + tf_text), so the layer exports into a
@@ -117,16 +120,25 @@ class ByteLevelBpeTokenizer(keras_nlp.tokenizers.BytePairTokenizer):
                                  if tokens else None)
         self._build_word_table(self._word_pieces or [])
         self._build_merge_table()
-        # The rare paths as functions of their own, never inlined: a tf.data iterator
-        # builds (optimises) a map function's graph each epoch, and these only when a batch
-        # needs them.
+        # The rare paths: traced into the caller's graph (a tf.cond branch, run only when a
+        # batch needs it) and, for eager calls, compiled once.
         words = tf.TensorSpec([None], tf.string)
-        self._merge_words_once = tf.function(
-            self._merge_words, input_signature=[words], autograph=False,
-            experimental_attributes={"_noinline": True})
-        self._keras_nlp_words_once = tf.function(
-            self._keras_nlp_words, input_signature=[words], autograph=False,
-            experimental_attributes={"_noinline": True})
+        self._merge_words_compiled = tf.function(self._merge_words, input_signature=[words],
+                                                 autograph=False)
+        self._keras_nlp_words_compiled = tf.function(
+            self._keras_nlp_words, input_signature=[words], autograph=False)
+
+    def _merge_words_once(self, words):
+        """:meth:`_merge_words`, in the caller's graph or (eager) compiled."""
+        if tf.executing_eagerly():
+            return self._merge_words_compiled(words)
+        return self._merge_words(words)
+
+    def _keras_nlp_words_once(self, texts):
+        """:meth:`_keras_nlp_words`, in the caller's graph or (eager) compiled."""
+        if tf.executing_eagerly():
+            return self._keras_nlp_words_compiled(texts)
+        return self._keras_nlp_words(texts)
 
     def _build_word_table(self, word_pieces) -> None:
         """word -> row of a constant ragged id table: the words whose pieces are all in
