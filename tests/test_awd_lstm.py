@@ -395,7 +395,11 @@ def test_target_lm_fine_tuning_uses_discriminative_rates_and_stlr():
     y = np.roll(x["token_ids"], -1, axis=1)
     lm.fit(x, y, epochs=1, verbose=0)
     after = _group_snapshots(lm)
-    # Step 0 of STLR: eta_max / 32; groups embedding, lstm_0, lstm_1 (+ output bias).
+    # Step 0 of STLR: eta_max / 32; groups lstm_0, lstm_1, then the tied embedding and
+    # the output bias at the full rate (the reference's LM split; issue 13).
+    groups = lm.layer_groups()
+    assert groups[-1][0] is lm.backbone.token_embedding.embeddings
+    assert groups[-1][-1] is lm.output_bias
     for group, scale in enumerate(discriminative_scales(3)):
         largest = max(np.abs(b - a).max() for b, a in zip(before[group], after[group]))
         np.testing.assert_allclose(largest, learning_rate / 32 * scale, rtol=0.02)

@@ -82,9 +82,9 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
     length is sampled around `bptt` (`variable_length=True`) and scales likewise.
 
     ULMFiT's target task LM fine-tuning (Howard & Ruder 2018 §3.2, the `lm_finetuning`
-    stage) adds discriminative fine-tuning (`discriminative_factor` 2.6: the embedding, then
-    each LSTM layer, the last one with the output bias, from the lowest rate to the
-    highest) and slanted triangular learning rates (`slanted_triangular`, over
+    stage) adds discriminative fine-tuning (`discriminative_factor` 2.6: each LSTM layer,
+    then the tied embedding / softmax with the output bias, from the lowest rate to the
+    highest, as the reference implementation groups the LM) and slanted triangular learning rates (`slanted_triangular`, over
     `total_steps`, which the pipeline's trainer passes), both off by default (AWD-LSTM's own
     training has neither).
 
@@ -242,11 +242,16 @@ class AwdLstmCausalLM(CausalLMGeneration, SubclassedTask):
         super().compile(optimizer=optimizer, **kwargs)
 
     def layer_groups(self):
-        """ULMFiT's layer groups, bottom to top: the embedding (the tied softmax), each
-        LSTM layer; the output bias joins the last."""
-        groups = backbone_groups(self.backbone)
-        groups[-1] = groups[-1] + [self.output_bias]
-        return groups
+        """ULMFiT's layer groups of the language model, lowest rate first: each LSTM layer,
+        then the tied embedding / softmax with the output bias on top. The reference
+        implementation groups the LM so (fastai's ``awd_lstm_lm_split``: the RNN layers,
+        then encoder + decoder last), so target-task LM fine-tuning (§3.2) trains the
+        tied output layer at the full rate eta: the target task's words (new to the
+        general-domain corpus, or rare in it) get their embeddings at the rate of the
+        softmax they are, not at eta / 2.6^L. The classifier (`UlmfitClassifier`, the
+        reference's ``awd_lstm_clas_split``) has the embedding at the bottom."""
+        embedding, *lstms = backbone_groups(self.backbone)
+        return lstms + [embedding + [self.output_bias]]
 
     def step_scales(self, variables, length_scale):
         """Per variable: the multiplier of its optimizer step (the BPTT length's, times the

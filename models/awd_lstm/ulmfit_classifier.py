@@ -10,12 +10,20 @@ from keras import ops
 
 from lmfactory.models.awd_lstm.concat_pooling import ConcatPooling
 from lmfactory.models.awd_lstm.scaled_updates import apply_scaled_updates
-from lmfactory.models.awd_lstm.ulmfit_schedule import (backbone_groups, group_scales,
+from lmfactory.models.awd_lstm.ulmfit_schedule import (adam_betas, backbone_groups,
+                                                       group_scales,
                                                        schedule_value,
                                                        use_slanted_triangular)
 from lmfactory.models.task_model import Task, int_inputs
 
 CLASSIFIER_INPUTS = ("token_ids", "padding_mask")
+# The reference head's PyTorch ``BatchNorm1d``: running statistics updated with 0.1 of each
+# batch (Keras's momentum 0.9; Keras's default 0.99 lags ~100 steps behind the features
+# that fine-tuning keeps changing, and starts from variance 1 while pooled LSTM features
+# have variances ~1e-3, so a few hundred steps leave the evaluation-time normalisation
+# far off), epsilon 1e-5.
+BATCH_NORM_MOMENTUM = 0.9
+BATCH_NORM_EPSILON = 1e-5
 
 
 class UlmfitClassifier(Task):
@@ -28,7 +36,8 @@ class UlmfitClassifier(Task):
     BatchNorm, Dropout(`dropout`), Dense(`hidden_units` = 50, ReLU), BatchNorm,
     Dropout(`hidden_dropout`), Dense(K). The model returns logits [B, K] (the softmax is in
     the loss). Dropouts 0.4 and 0.1 are the reference implementation's (fastai's
-    ``AWD_LSTM`` classifier head; the paper gives no figure).
+    ``AWD_LSTM`` classifier head; the paper gives no figure), and so are its BatchNorm
+    statistics (PyTorch's momentum 0.1 = Keras's 0.9, epsilon 1e-5).
 
     Training (`train_step`), over the layer groups (bottom to top) embedding, each LSTM
     layer, the head:
@@ -42,7 +51,10 @@ class UlmfitClassifier(Task):
     * gradual unfreezing (§3.3): only the top group trains at first, one more group every
       `unfreeze_every` steps (default total_steps // number of groups: the paper's "one
       epoch" per group becomes an equal share of the steps); a frozen group gets a zero
-      gradient and no update, and its Adam moments stay empty until it is unfrozen.
+      gradient and no update, and its Adam moments stay empty until it is unfrozen; then
+      Adam's bias correction restarts for it, as the reference's per-parameter Adam does
+      (`ulmfit_schedule.adam_restart_factors`; without it the first steps of a newly
+      unfrozen group are ~3x its rate).
 
     The paper's BPTT for text classification (BPT3C) is not needed for the pipeline's
     fixed-length sequences: the whole sequence is one batch through the LSTMs.
@@ -69,11 +81,15 @@ class UlmfitClassifier(Task):
         self.backbone = backbone
         self.pooling = ConcatPooling(dtype=dtype, name="concat_pooling")
         self.head_layers = [
-            keras.layers.BatchNormalization(dtype=dtype, name="block_1_batch_norm"),
+            keras.layers.BatchNormalization(momentum=BATCH_NORM_MOMENTUM,
+                                            epsilon=BATCH_NORM_EPSILON, dtype=dtype,
+                                            name="block_1_batch_norm"),
             keras.layers.Dropout(dropout, dtype=dtype, name="block_1_dropout"),
             keras.layers.Dense(hidden_units, activation="relu", dtype=dtype,
                                name="block_1_dense"),
-            keras.layers.BatchNormalization(dtype=dtype, name="block_2_batch_norm"),
+            keras.layers.BatchNormalization(momentum=BATCH_NORM_MOMENTUM,
+                                            epsilon=BATCH_NORM_EPSILON, dtype=dtype,
+                                            name="block_2_batch_norm"),
             keras.layers.Dropout(hidden_dropout, dtype=dtype, name="block_2_dropout"),
             keras.layers.Dense(num_classes, dtype=dtype, name="logits"),
         ]
@@ -128,7 +144,8 @@ class UlmfitClassifier(Task):
         variables = self.trainable_variables
         gradients = tape.gradient(scaled_loss, variables)
         scales = group_scales(self.layer_groups(), variables, self.optimizer.iterations,
-                              self.discriminative_factor, self.unfreeze_every)
+                              self.discriminative_factor, self.unfreeze_every,
+                              adam_betas=adam_betas(self.optimizer))
         apply_scaled_updates(self.optimizer, gradients, variables,
                              scales=[scale for scale, _ in scales],
                              gradient_masks=[mask for _, mask in scales])
