@@ -97,31 +97,68 @@ def test_subsampling_keep_probability_is_word2vec_c_formula():
     # Empirically: the most frequent word survives at its keep probability.
     rng = np.random.default_rng(0)
     ids = np.full(200_000, 2)
-    assert len(word_windows.subsample(ids, keep, rng)) / len(ids) == pytest.approx(
-        keep[2], abs=0.01)
+    assert word_windows.subsample(ids, keep, rng).mean() == pytest.approx(keep[2], abs=0.01)
 
 
 def test_dynamic_window_is_uniform_from_one_to_window():
     window = 4
     rng = np.random.default_rng(1)
     ids = np.arange(100, 20_100)
+    centres, contexts, counts = word_windows.windows(ids, np.zeros(len(ids), int), window, rng)
+    np.testing.assert_array_equal(centres, ids)  # every word of a long sentence has contexts
     spans = collections.Counter()
-    for centre, contexts in word_windows.sentence_windows(ids, window, rng):
+    for centre, row, count in zip(centres, contexts, counts):
         position = centre - 100
         if window <= position < len(ids) - window:
-            span = len(contexts) // 2
-            assert len(contexts) == 2 * span
+            span = count // 2
+            assert count == 2 * span
             np.testing.assert_array_equal(
-                contexts, np.r_[ids[position - span:position],
-                                ids[position + 1:position + 1 + span]])
+                row, np.r_[ids[position - span:position],
+                           ids[position + 1:position + 1 + span], [0] * (2 * window - count)])
             spans[span] += 1
     total = sum(spans.values())
     assert sorted(spans) == [1, 2, 3, 4]
     for span in spans:
         assert spans[span] / total == pytest.approx(1 / window, abs=0.015)
-    # Contexts never leave the sentence.
-    short = list(word_windows.sentence_windows(np.array([7, 8]), 5, rng))
-    assert [(c, list(ctx)) for c, ctx in short] == [(7, [8]), (8, [7])]
+
+
+def test_windows_stay_inside_their_sentence_and_reach_past_subsampled_words():
+    rng = np.random.default_rng(0)
+    # Two sentences laid end to end: [7, 8] and [9, 10, 11], and a one-word sentence [12].
+    centres, contexts, counts = word_windows.windows(
+        np.array([7, 8, 9, 10, 11, 12]), np.array([0, 0, 1, 1, 1, 2]), 5, rng)
+    rows = {int(c): list(row[:n]) for c, row, n in zip(centres, contexts, counts)}
+    assert 12 not in rows  # no context: no record
+    assert rows[7] == [8] and rows[8] == [7]
+    assert all(set(rows[c]) <= {9, 10, 11} - {c} for c in (9, 10, 11))
+    assert np.all(contexts[np.arange(2 * 5)[None, :] >= counts[:, None]] == 0)
+    # Subsampling removes words before the windows are taken (word2vec.c), so with every
+    # other word of a sentence dropped, a window of 1 reaches the next kept word.
+    keep = np.array([0.0, 0.0, 1.0, 0.0])
+    sentence = np.array([2, 3, 2, 3, 2])
+    centres, contexts, counts, kept = word_windows.pass_windows([sentence], keep, 1, rng)
+    assert kept == 3 and list(centres) == [2, 2, 2]
+    assert [list(row[:n]) for row, n in zip(contexts, counts)] == [[2], [2, 2], [2]]
+
+
+def test_window_records_are_the_bytes_of_tf_train_example():
+    stats = word_windows.WordStatistics([0, 0] + [50] * 400, special_ids=[0, 1])
+    rng = np.random.default_rng(3)
+    documents = [[rng.integers(0, 402, size=int(n)) for n in rng.integers(1, 30, size=20)]]
+    config = _config(window=3, subsample_threshold=1e-2, dupe_factor=2)
+    records, counts = word_windows.shard_examples(documents, stats, config, (1, "train", 0))
+    assert len(records) == counts["windows"] > 100
+    pairs = 0
+    for record in records:
+        example = tf.train.Example.FromString(record)
+        feature = example.features.feature
+        mask = list(feature["context_mask"].int64_list.value)
+        contexts = list(feature["context_ids"].int64_list.value)
+        assert len(mask) == len(contexts) == 6 and mask == sorted(mask, reverse=True)
+        assert all(c >= 2 for c, m in zip(contexts, mask) if m) and 1 in mask
+        assert example.SerializeToString(deterministic=True) == record
+        pairs += sum(mask)
+    assert pairs == counts["pairs"]
 
 
 def _config(**values):
@@ -172,25 +209,40 @@ def test_objective_config_checks():
 
 def test_negatives_never_equal_the_target_and_follow_unigram_power():
     counts = np.array([0, 0, 500, 200, 100, 50, 20, 10, 5, 1], dtype=np.float64)
-    # The most likely noise word (P_n = 0.46) is the target: spare draws replace collisions.
-    noise = UnigramNoise(len(counts), seed=3, counts=counts, spare_draws=30)
     targets = np.full(4000, 2, "int32")
-    negatives, weights = noise(targets, num_negatives=10)
-    negatives, weights = negatives.numpy(), weights.numpy()
-    assert not np.any((negatives == 2) & (weights > 0))
-    assert weights.mean() > 0.999  # (almost) every collision was replaced
-    assert not np.isin(negatives, [0, 1]).any()  # special tokens have no count
     expected = counts[3:] ** 0.75 / np.sum(counts[3:] ** 0.75)  # P_n without the target
-    observed = np.bincount(negatives[weights > 0], minlength=len(counts))[3:]
-    np.testing.assert_allclose(observed / observed.sum(), expected, atol=0.01)
-    # Without spare draws, collisions are masked, never counted as negatives.
-    plain = UnigramNoise(len(counts), seed=4, counts=counts, spare_draws=0)
-    negatives, weights = plain(targets, num_negatives=10)
-    collided = negatives.numpy() == 2
-    assert collided.any()
-    np.testing.assert_array_equal(weights.numpy(), (~collided).astype("float32"))
+    # word2vec.c / gensim (the default): a draw equal to the target is skipped (weight 0).
+    # The target is the most likely noise word here (P_n = 0.46).
+    plain = UnigramNoise(len(counts), seed=4, counts=counts)
+    negatives, weights = (t.numpy() for t in plain(targets, num_negatives=10))
+    collided = negatives == 2
+    assert collided.mean() == pytest.approx(np.exp(noise_log_probabilities(counts)[2]),
+                                            abs=0.01)
+    np.testing.assert_array_equal(weights, (~collided).astype("float32"))
+    # With redraws, collisions are drawn again: (almost) none is left.
+    noise = UnigramNoise(len(counts), seed=3, counts=counts, redraws=12)
+    negatives, weights = (t.numpy() for t in noise(targets, num_negatives=10))
+    assert not np.any((negatives == 2) & (weights > 0))
+    assert weights.mean() > 0.999
+    for kept in (negatives[weights > 0], plain(targets, num_negatives=10)[0].numpy()):
+        kept = kept[kept != 2]
+        assert not np.isin(kept, [0, 1]).any()  # special tokens have no count
+        observed = np.bincount(kept, minlength=len(counts))[3:]
+        np.testing.assert_allclose(observed / observed.sum(), expected, atol=0.01)
     np.testing.assert_allclose(noise_log_probabilities([1, 16, 0])[:2],
                                np.log(np.array([1, 8]) / 9), rtol=1e-6)
+
+
+def test_inverse_cdf_draws_every_word_at_its_probability_and_never_a_zero_count():
+    counts = np.array([0, 3, 0, 0, 1, 0, 7, 0])  # zero counts at the start, middle and end
+    noise = UnigramNoise(len(counts), seed=0, counts=counts, power=1.0)
+    draws, _ = noise(np.full(20_000, 1, "int32"), num_negatives=5)
+    observed = np.bincount(draws.numpy().ravel(), minlength=len(counts)) / draws.numpy().size
+    np.testing.assert_allclose(observed, counts / counts.sum(), atol=0.01)
+    assert observed[[0, 2, 3, 5, 7]].sum() == 0
+    noise.set_counts([0, 0, 0, 0, 0, 0, 0, 1])  # new counts move the table too
+    draws, _ = noise(np.full(100, 1, "int32"), num_negatives=5)
+    assert set(draws.numpy().ravel()) == {7}
 
 
 def test_noise_table_is_saved_with_the_task_model(tmp_path):
@@ -326,3 +378,23 @@ def test_recipe_uses_the_papers_optimiser_and_names_bad_settings():
     with pytest.raises(RecipeError) as error:
         load_recipe("word2vec_wikitext2", ["finetuning.analogy_file=/no/such/file.txt"])
     assert error.value.field == "finetuning.analogy_file"
+
+
+def test_a_beam_worker_builds_window_records_without_tensorflow():
+    import subprocess
+    import sys
+
+    assert objectives.get("skipgram").shard_examples.__module__.endswith(
+        "word_window_records")
+    code = ("import sys\n"
+            "from lmfactory.components.pretraining_data import word_window_records as w\n"
+            "import numpy as np\n"
+            "stats = w.WordStatistics([0, 0, 5, 5, 5], special_ids=[0, 1])\n"
+            "config = {'window': 2, 'subsample_threshold': 0.0, 'dupe_factor': 1}\n"
+            "records, _ = w.shard_examples([[np.array([2, 3, 4])]], stats, config, (0,))\n"
+            "assert len(records) == 3\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('tensorflow', 'keras', 'tfx', 'apache_beam')))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"

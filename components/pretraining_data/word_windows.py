@@ -2,7 +2,9 @@
 ``cbow`` objectives.
 
 Both models read the same thing from the corpus: a centre word and the words around it. So
-both objectives write the same record, one per kept centre word:
+both objectives write the same record, one per kept centre word (built by
+``word_window_records.py``: unknown and special tokens dropped, frequent-word subsampling,
+a dynamic window per centre word):
 
 * ``centre_id[1]``, the centre word;
 * ``context_ids[2W]`` and ``context_mask[2W]`` (W = ``window``), the words at distance
@@ -10,38 +12,24 @@ both objectives write the same record, one per kept centre word:
 
 and their converters turn it into what the task models train on (skip-gram: every real
 (centre, context) pair predicts the context word from the centre, 2013a §3.2; CBOW: the
-mean of the context vectors predicts the centre, §3.1). Building them:
-
-1. Sentences are the corpus's lines (CONTRACTS §1). Tokens that are not words of the
-   vocabulary (``unk`` and the other special tokens) are dropped, as word2vec.c drops words
-   under ``min_count`` before training.
-2. Frequent-word subsampling (2013b §2.3): a word of corpus frequency f is kept with
-   probability ``(sqrt(f / t) + 1) * t / f`` (word2vec.c's form of the paper's
-   ``1 - sqrt(t / f)`` discard rule; t = ``subsample_threshold``, 1e-3 in word2vec.c;
-   0 = off). Discarded words are removed before windows are taken, so a window reaches
-   past them (word2vec.c).
-3. Dynamic window (2013a §3.2: "we randomly select a number R in range <1; C>"): for each
-   centre word, b ~ U{1..W}; the contexts are the kept words at distance <= b.
+mean of the context vectors predicts the centre, §3.1).
 
 Word counts come from the vocabulary (the ``word`` tokenizer kind saves per-word corpus
 counts); ``pretraining_config.json`` records them as ``token_counts`` (by id), so the task
 model's negative-sampling table (unigram^0.75, 2013b §2.2) is built from the same counts.
-``dupe_factor`` passes are written, each with its own subsampling and windows (word2vec.c
-redraws both every epoch). Negatives are drawn by the task model at train time.
-
-Deterministic: each pass draws from a generator seeded by ``(seed, split, shard, pass)``,
-and the shard's records are then shuffled by a generator of the same scope.
+``dupe_factor`` passes are written, each with its own subsampling and windows. Negatives
+are drawn by the task model at train time.
 """
 
 from __future__ import annotations
-
-import hashlib
-from typing import Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from lmfactory.components.pretraining_data import registry
+# What a Beam worker runs (numpy only); re-exported.
+from lmfactory.components.pretraining_data.word_window_records import (  # noqa: F401
+    WordStatistics, pass_windows, seeded_generator, shard_examples, subsample, windows)
 
 SKIPGRAM = "skipgram"
 CBOW = "cbow"
@@ -49,105 +37,6 @@ PAPERS = ("Mikolov, Chen, Corrado, Dean 2013, Efficient Estimation of Word Repre
           "Vector Space, §3 (CBOW, skip-gram); Mikolov, Sutskever, Chen, Corrado, Dean 2013, "
           "Distributed Representations of Words and Phrases and their Compositionality, §2.2 "
           "(negative sampling), §2.3 (subsampling)")
-
-
-class WordStatistics:
-    """What building windows needs from the vocabulary: the corpus count of each id (0 for
-    special tokens) and the ids that are not words (dropped from sentences)."""
-
-    def __init__(self, counts: Sequence[int], special_ids: Iterable[int] = ()):
-        self.counts = np.asarray(counts, dtype=np.int64)
-        if self.counts.ndim != 1 or (self.counts < 0).any():
-            raise ValueError("word counts must be a 1-D list of non-negative integers")
-        self.special_ids = sorted({int(i) for i in special_ids})
-        self.is_word = self.counts > 0
-        self.is_word[self.special_ids] = False
-        self.total = int(self.counts[self.is_word].sum())
-        if self.total == 0:
-            raise ValueError("The vocabulary records no word counts: word2vec needs the "
-                             "per-word corpus counts of the 'word' tokenizer kind")
-
-    def keep_probabilities(self, threshold: float) -> np.ndarray:
-        """P(keep) of each id under subsampling with threshold ``threshold`` (word2vec.c:
-        ``(sqrt(f / t) + 1) * t / f``, capped at 1; 1 for every word when t = 0)."""
-        keep = np.zeros(len(self.counts))
-        if threshold <= 0:
-            keep[self.is_word] = 1.0
-            return keep
-        frequency = self.counts[self.is_word] / self.total
-        keep[self.is_word] = np.minimum(
-            1.0, (np.sqrt(frequency / threshold) + 1.0) * threshold / frequency)
-        return keep
-
-
-def seeded_generator(*scope) -> np.random.Generator:
-    """A numpy generator seeded by SHA-256 of ``scope`` (same in every process)."""
-    digest = hashlib.sha256("/".join(str(part) for part in scope).encode("utf-8")).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "big"))
-
-
-def subsample(ids: np.ndarray, keep: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The words of a sentence that survive subsampling (one uniform draw per word)."""
-    return ids[rng.random(len(ids)) < keep[ids]]
-
-
-def sentence_windows(ids: np.ndarray, window: int, rng: np.random.Generator):
-    """``(centre, contexts)`` for every word of a (subsampled) sentence: b ~ U{1..window}
-    per centre word, the contexts are the words at distance 1..b (inside the sentence)."""
-    spans = rng.integers(1, window + 1, size=len(ids))
-    for position, (centre, span) in enumerate(zip(ids, spans)):
-        left = ids[max(0, position - span):position]
-        right = ids[position + 1:position + 1 + span]
-        contexts = np.concatenate([left, right])
-        if len(contexts):
-            yield int(centre), contexts
-
-
-class RecordEncoder:
-    """Serializes window records, reusing one ``tf.train.Example`` whose value lists are
-    overwritten (3x faster than building a proto per record; the same bytes)."""
-
-    def __init__(self, window: int):
-        self.length = 2 * window
-        self._example = tf.train.Example()
-        feature = self._example.features.feature
-        self._centre = feature["centre_id"].int64_list.value
-        self._contexts = feature["context_ids"].int64_list.value
-        self._mask = feature["context_mask"].int64_list.value
-        self._masks = [[1] * n + [0] * (self.length - n) for n in range(self.length + 1)]
-
-    def encode(self, centre: int, contexts: np.ndarray) -> bytes:
-        count = len(contexts)
-        self._centre[:] = [int(centre)]
-        self._contexts[:] = [int(i) for i in contexts] + [0] * (self.length - count)
-        self._mask[:] = self._masks[count]
-        return self._example.SerializeToString(deterministic=True)
-
-
-def shard_examples(documents: Sequence, statistics: WordStatistics, config: dict,
-                   seed_scope: Iterable) -> tuple:
-    """The window records of one shard (documents in canonical order) and their counts."""
-    seed_scope = tuple(seed_scope)
-    window = int(config["window"])
-    keep = statistics.keep_probabilities(float(config["subsample_threshold"]))
-    encoder = RecordEncoder(window)
-    records, stats = [], {"words": 0, "kept_words": 0, "windows": 0, "pairs": 0}
-    for epoch in range(int(config["dupe_factor"])):
-        rng = seeded_generator(*seed_scope, "pass", epoch)
-        for sentences in documents:
-            for sentence in sentences:
-                ids = np.asarray(sentence, dtype=np.int64)
-                ids = ids[(ids >= 0) & (ids < len(keep))]
-                ids = ids[statistics.is_word[ids]]
-                stats["words"] += len(ids)
-                kept = subsample(ids, keep, rng)
-                stats["kept_words"] += len(kept)
-                for centre, contexts in sentence_windows(kept, window, rng):
-                    records.append(encoder.encode(centre, contexts))
-                    stats["pairs"] += len(contexts)
-    stats["windows"] = len(records)
-    order = seeded_generator(*seed_scope, "shuffle").permutation(len(records))
-    return [records[i] for i in order], stats
 
 
 # --------------------------------------------------------------------------- registry record

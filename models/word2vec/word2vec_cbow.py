@@ -17,5 +17,5 @@ class Word2VecCBOW(NegativeSamplingTask):
         vectors = self.input_vectors(inputs["context_ids"])
         count = ops.sum(mask, axis=1, keepdims=True)
         hidden = ops.sum(vectors * ops.expand_dims(mask, -1), axis=1) / ops.maximum(count, 1.0)
-        weights = ops.cast(ops.squeeze(count, 1) > 0, "float32")
-        return hidden, inputs["centre_ids"], weights
+        weights = ops.cast(count > 0, "float32")
+        return hidden, ops.expand_dims(inputs["centre_ids"], 1), weights

@@ -3,11 +3,17 @@
 "We investigated a number of choices for P_n(w) and found that the unigram distribution
 U(w) raised to the 3/4rd power (i.e., U(w)^{3/4}/Z) outperformed significantly": k noise
 words are drawn from P_n for every (input, target) pair. A noise word equal to the target
-would push the target's own output vector both ways; word2vec.c skips such a draw
-(``if (target == word) continue``). Here each pair draws ``spare_draws`` candidates beyond
-its k and keeps the first k that differ from the target (so the kept ones are draws from
-P_n conditioned on not being the target); should fewer than k differ, the rest get weight
-0, so the true target is never a negative. keras-nlp has no sampler of this kind, hence
+would push the target's own output vector both ways; word2vec.c and gensim skip such a
+draw (``if (target == word) continue``): that pair trains with one negative fewer. Here it
+gets weight 0 (the default, ``redraws=0``), so the true target is never a negative; with
+``redraws`` > 0 a colliding draw is first drawn again, up to that many times (a kept draw
+is then a draw from P_n conditioned on not being the target: P(w) + P(target) P(w) + ...
+is proportional to P(w)).
+
+Sampling is inverse-CDF, as gensim's ``cum_table``: a uniform number in [0, 1) looked up
+in the cumulative distribution by binary search (``searchsorted``), O(log V) per draw
+(word2vec.c indexes a 10^8-entry table instead; TensorFlow's multinomial kernel took 1.5x
+as long per draw over a 4,329-word table). keras-nlp has no sampler of this kind, hence
 this layer.
 """
 
@@ -30,26 +36,39 @@ def noise_log_probabilities(counts, power: float = NOISE_POWER) -> np.ndarray:
         return np.where(probabilities > 0, np.log(probabilities), -1e9).astype("float32")
 
 
+def cumulative_distribution(log_probabilities) -> np.ndarray:
+    """The CDF of P_n in float64, its last entry exactly 1 (a uniform draw in [0, 1) then
+    always lands on an id of positive probability)."""
+    probabilities = np.exp(np.asarray(log_probabilities, dtype=np.float64))
+    probabilities[np.asarray(log_probabilities) <= -1e8] = 0.0
+    cumulative = np.cumsum(probabilities)
+    cumulative /= cumulative[-1]
+    last = int(np.flatnonzero(probabilities)[-1]) if probabilities.any() else len(cumulative) - 1
+    cumulative[last:] = 1.0
+    return cumulative
+
+
 @keras.saving.register_keras_serializable(package="lmfactory")
 class UnigramNoise(keras.layers.Layer):
     """Draws ``k`` negatives per target from P_n, never equal to the target.
 
-    The table (``log_probabilities`` [V], not trainable) is a weight, so a saved model keeps
-    the distribution it was trained with; ``counts`` (the corpus count of every id) set it
-    at construction; without counts it is uniform (a model rebuilt from its config, before
-    its weights are loaded).
+    Weights (not trainable, so a saved model keeps the distribution it was trained with):
+    ``log_probabilities`` [V] and the CDF it implies, ``cumulative_probabilities`` [V]
+    (float64). ``counts`` (the corpus count of every id) set them at construction; without
+    counts P_n is uniform (a model rebuilt from its config, before its weights are loaded).
 
     Call: ``targets`` [N] int -> ``(negatives [N, k] int32, weights [N, k] float32)``;
-    weight 0 marks a draw equal to its target (fewer than k of the k + ``spare_draws``
-    candidates differed from it).
+    weight 0 marks a draw equal to its target (after ``redraws`` redraws), which is skipped.
     """
 
-    def __init__(self, vocabulary_size, power=NOISE_POWER, spare_draws=10, seed=None,
+    def __init__(self, vocabulary_size, power=NOISE_POWER, redraws=0, seed=None,
                  counts=None, **kwargs):
         super().__init__(**kwargs)
         self.vocabulary_size = int(vocabulary_size)
         self.power = float(power)
-        self.spare_draws = int(spare_draws)
+        self.redraws = int(redraws)
+        if self.redraws < 0:
+            raise ValueError(f"redraws must be >= 0, got {redraws}")
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
         initial = (np.zeros(self.vocabulary_size, "float32") if counts is None
@@ -60,33 +79,34 @@ class UnigramNoise(keras.layers.Layer):
         self.log_probabilities = self.add_weight(
             shape=(self.vocabulary_size,), initializer=keras.initializers.Constant(initial),
             trainable=False, dtype="float32", name="log_probabilities")
+        self.cumulative_probabilities = self.add_weight(
+            shape=(self.vocabulary_size,),
+            initializer=keras.initializers.Constant(cumulative_distribution(initial)),
+            trainable=False, dtype="float64", name="cumulative_probabilities")
         self.built = True
 
     def set_counts(self, counts) -> None:
-        self.log_probabilities.assign(noise_log_probabilities(counts, self.power))
+        log_probabilities = noise_log_probabilities(counts, self.power)
+        self.log_probabilities.assign(log_probabilities)
+        self.cumulative_probabilities.assign(cumulative_distribution(log_probabilities))
 
     def _draw(self, shape):
-        count = shape[0] * shape[1]
-        samples = keras.random.categorical(
-            ops.expand_dims(self.log_probabilities, 0), count, seed=self.seed_generator)
-        return ops.cast(ops.reshape(samples, shape), "int32")
+        uniform = keras.random.uniform(shape, dtype="float64", seed=self.seed_generator)
+        flat = ops.searchsorted(self.cumulative_probabilities, ops.reshape(uniform, (-1,)),
+                                side="right")
+        return ops.reshape(ops.cast(flat, "int32"), shape)
 
     def call(self, targets, num_negatives):
         targets = ops.cast(ops.reshape(targets, (-1, 1)), "int32")
-        width = num_negatives + self.spare_draws
-        candidates = self._draw((ops.shape(targets)[0], width))
-        differs = ops.not_equal(candidates, targets)
-        # The first k candidates that differ from the target, in draw order (then the
-        # colliding ones, masked): every differing candidate outranks every colliding one.
-        position = ops.arange(width, dtype="float32")
-        priority = ops.where(differs, -position, -position - width)
-        _, chosen = ops.top_k(priority, k=num_negatives)
-        negatives = ops.take_along_axis(candidates, chosen, axis=1)
-        weights = ops.cast(ops.take_along_axis(differs, chosen, axis=1), "float32")
+        shape = (ops.shape(targets)[0], num_negatives)
+        negatives = self._draw(shape)
+        for _ in range(self.redraws):
+            negatives = ops.where(ops.equal(negatives, targets), self._draw(shape), negatives)
+        weights = ops.cast(ops.not_equal(negatives, targets), "float32")
         return negatives, weights
 
     def get_config(self):
         config = super().get_config()
         config.update({"vocabulary_size": self.vocabulary_size, "power": self.power,
-                       "spare_draws": self.spare_draws, "seed": self.seed})
+                       "redraws": self.redraws, "seed": self.seed})
         return config

@@ -13,9 +13,6 @@ class Word2VecSkipGram(NegativeSamplingTask):
     with the context word's input vector instead, the same pairs with the roles swapped)."""
 
     def prediction_pairs(self, inputs):
-        contexts = inputs["context_ids"]
-        width = ops.shape(contexts)[1]
-        centres = ops.repeat(ops.expand_dims(inputs["centre_ids"], 1), width, axis=1)
-        hidden = self.input_vectors(ops.reshape(centres, (-1,)))
-        weights = ops.cast(ops.reshape(inputs["context_mask"], (-1,)), "float32")
-        return hidden, ops.reshape(contexts, (-1,)), weights
+        hidden = self.input_vectors(inputs["centre_ids"])
+        weights = ops.cast(inputs["context_mask"], "float32")
+        return hidden, inputs["context_ids"], weights
