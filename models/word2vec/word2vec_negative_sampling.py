@@ -16,9 +16,9 @@ Batches: `components/pretraining_data/word_windows.py`, x = ``centre_ids`` [B],
 ``context_ids`` [B, 2W], ``context_mask`` [B, 2W]. The P pairs of a record share one input
 vector (skip-gram: the centre word's, P = 2W; CBOW: the mean of the contexts, P = 1), so a
 record's P * (k + 1) scores are one matrix-vector product of its gathered output vectors
-[P (k + 1), d] with h [d] (a batched matmul): scoring each pair on its own materialises h
-P times, and its einsum runs as B * P tiny batched matmuls (3.4x the step time measured on
-the word2vec benchmark's batches).
+[P (k + 1), d] with h [d] (a batched matmul). Scoring each pair on its own materialises h
+P times and runs its einsum as B * P tiny batched matmuls: the word2vec benchmark's 4,978
+steps of 128 records took 46.5 s that way, 34.8 s this way.
 """
 
 import keras
