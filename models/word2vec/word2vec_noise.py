@@ -10,8 +10,9 @@ gets weight 0 (the default, ``redraws=0``), so the true target is never a negati
 is then a draw from P_n conditioned on not being the target: P(w) + P(target) P(w) + ...
 is proportional to P(w)).
 
-Sampling is inverse-CDF, as gensim's ``cum_table``: a uniform number in [0, 1) looked up
-in the cumulative distribution by binary search (``searchsorted``), O(log V) per draw
+Sampling is inverse-CDF over an integer table, as gensim's ``cum_table``: the CDF scaled to
+2^31 - 1 and rounded (int32, so it runs where float64 does not, e.g. TPUs), a uniform
+integer below that looked up by binary search (``searchsorted``), O(log V) per draw
 (word2vec.c indexes a 10^8-entry table instead; TensorFlow's multinomial kernel took 1.5x
 as long per draw over a 4,329-word table). keras-nlp has no sampler of this kind, hence
 this layer.
@@ -36,16 +37,22 @@ def noise_log_probabilities(counts, power: float = NOISE_POWER) -> np.ndarray:
         return np.where(probabilities > 0, np.log(probabilities), -1e9).astype("float32")
 
 
+CDF_SCALE = 2 ** 31 - 1  # the integer CDF's last value (gensim's domain)
+
+
 def cumulative_distribution(log_probabilities) -> np.ndarray:
-    """The CDF of P_n in float64, its last entry exactly 1 (a uniform draw in [0, 1) then
-    always lands on an id of positive probability)."""
-    probabilities = np.exp(np.asarray(log_probabilities, dtype=np.float64))
-    probabilities[np.asarray(log_probabilities) <= -1e8] = 0.0
+    """The CDF of P_n scaled to ``CDF_SCALE`` and rounded (int32), non-decreasing, its
+    entries from the last id of positive probability on exactly ``CDF_SCALE`` (a draw
+    below it always lands on an id of positive probability; an id's share is its
+    probability to within 1 / CDF_SCALE)."""
+    log_probabilities = np.asarray(log_probabilities, dtype=np.float64)
+    probabilities = np.where(log_probabilities <= -1e8, 0.0, np.exp(log_probabilities))
+    if not probabilities.any():
+        probabilities = np.ones_like(probabilities)
     cumulative = np.cumsum(probabilities)
-    cumulative /= cumulative[-1]
-    last = int(np.flatnonzero(probabilities)[-1]) if probabilities.any() else len(cumulative) - 1
-    cumulative[last:] = 1.0
-    return cumulative
+    scaled = np.round(cumulative / cumulative[-1] * CDF_SCALE)
+    scaled[int(np.flatnonzero(probabilities)[-1]):] = CDF_SCALE
+    return scaled.astype(np.int32)
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")
@@ -53,8 +60,8 @@ class UnigramNoise(keras.layers.Layer):
     """Draws ``k`` negatives per target from P_n, never equal to the target.
 
     Weights (not trainable, so a saved model keeps the distribution it was trained with):
-    ``log_probabilities`` [V] and the CDF it implies, ``cumulative_probabilities`` [V]
-    (float64). ``counts`` (the corpus count of every id) set them at construction; without
+    ``log_probabilities`` [V] and the integer CDF it implies, ``cumulative_counts`` [V]
+    (int32). ``counts`` (the corpus count of every id) set them at construction; without
     counts P_n is uniform (a model rebuilt from its config, before its weights are loaded).
 
     Call: ``targets`` [N] int -> ``(negatives [N, k] int32, weights [N, k] float32)``;
@@ -79,20 +86,21 @@ class UnigramNoise(keras.layers.Layer):
         self.log_probabilities = self.add_weight(
             shape=(self.vocabulary_size,), initializer=keras.initializers.Constant(initial),
             trainable=False, dtype="float32", name="log_probabilities")
-        self.cumulative_probabilities = self.add_weight(
+        self.cumulative_counts = self.add_weight(
             shape=(self.vocabulary_size,),
             initializer=keras.initializers.Constant(cumulative_distribution(initial)),
-            trainable=False, dtype="float64", name="cumulative_probabilities")
+            trainable=False, dtype="int32", name="cumulative_counts")
         self.built = True
 
     def set_counts(self, counts) -> None:
         log_probabilities = noise_log_probabilities(counts, self.power)
         self.log_probabilities.assign(log_probabilities)
-        self.cumulative_probabilities.assign(cumulative_distribution(log_probabilities))
+        self.cumulative_counts.assign(cumulative_distribution(log_probabilities))
 
     def _draw(self, shape):
-        uniform = keras.random.uniform(shape, dtype="float64", seed=self.seed_generator)
-        flat = ops.searchsorted(self.cumulative_probabilities, ops.reshape(uniform, (-1,)),
+        uniform = keras.random.randint(shape, 0, CDF_SCALE, dtype="int32",
+                                       seed=self.seed_generator)
+        flat = ops.searchsorted(self.cumulative_counts, ops.reshape(uniform, (-1,)),
                                 side="right")
         return ops.reshape(ops.cast(flat, "int32"), shape)
 
