@@ -211,15 +211,21 @@ def test_negatives_never_equal_the_target_and_follow_unigram_power():
     counts = np.array([0, 0, 500, 200, 100, 50, 20, 10, 5, 1], dtype=np.float64)
     targets = np.full(4000, 2, "int32")
     expected = counts[3:] ** 0.75 / np.sum(counts[3:] ** 0.75)  # P_n without the target
-    # word2vec.c / gensim (the default): a draw equal to the target is skipped (weight 0).
+    # word2vec.c / gensim (redraws=0): a draw equal to the target is skipped (weight 0).
     # The target is the most likely noise word here (P_n = 0.46).
-    plain = UnigramNoise(len(counts), seed=4, counts=counts)
+    plain = UnigramNoise(len(counts), seed=4, counts=counts, redraws=0)
     negatives, weights = (t.numpy() for t in plain(targets, num_negatives=10))
     collided = negatives == 2
     assert collided.mean() == pytest.approx(np.exp(noise_log_probabilities(counts)[2]),
                                             abs=0.01)
     np.testing.assert_array_equal(weights, (~collided).astype("float32"))
-    # With redraws, collisions are drawn again: (almost) none is left.
+    # The default: 2 redraws of each collision from the pool; ~P^3 of them are left.
+    default = UnigramNoise(len(counts), seed=5, counts=counts)
+    _, weights = default(targets, num_negatives=10)
+    assert default.redraws == 2
+    assert 1 - weights.numpy().mean() == pytest.approx(0.46 ** 3, abs=0.03)
+    # More redraws: (almost) none is left. The pool (1/16 of the draws) is cycled when
+    # collisions outnumber it, as here.
     noise = UnigramNoise(len(counts), seed=3, counts=counts, redraws=12)
     negatives, weights = (t.numpy() for t in noise(targets, num_negatives=10))
     assert not np.any((negatives == 2) & (weights > 0))
@@ -235,7 +241,7 @@ def test_negatives_never_equal_the_target_and_follow_unigram_power():
 
 def test_inverse_cdf_draws_every_word_at_its_probability_and_never_a_zero_count():
     counts = np.array([0, 3, 0, 0, 1, 0, 7, 0])  # zero counts at the start, middle and end
-    noise = UnigramNoise(len(counts), seed=0, counts=counts, power=1.0)
+    noise = UnigramNoise(len(counts), seed=0, counts=counts, power=1.0, redraws=0)
     draws, _ = noise(np.full(20_000, 1, "int32"), num_negatives=5)
     observed = np.bincount(draws.numpy().ravel(), minlength=len(counts)) / draws.numpy().size
     np.testing.assert_allclose(observed, counts / counts.sum(), atol=0.01)

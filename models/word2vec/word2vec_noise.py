@@ -4,11 +4,14 @@
 U(w) raised to the 3/4rd power (i.e., U(w)^{3/4}/Z) outperformed significantly": k noise
 words are drawn from P_n for every (input, target) pair. A noise word equal to the target
 would push the target's own output vector both ways; word2vec.c and gensim skip such a
-draw (``if (target == word) continue``): that pair trains with one negative fewer. Here it
-gets weight 0 (the default, ``redraws=0``), so the true target is never a negative; with
-``redraws`` > 0 a colliding draw is first drawn again, up to that many times (a kept draw
-is then a draw from P_n conditioned on not being the target: P(w) + P(target) P(w) + ...
-is proportional to P(w)).
+draw (``if (target == word) continue``), so that pair trains with one negative fewer. Here
+a colliding draw is drawn again, up to ``redraws`` times (default 2), so every pair keeps
+its k negatives (a kept draw is a draw from P_n conditioned on not being the target:
+P(w) + P(target) P(w) + ... is proportional to P(w)); one still equal to its target gets
+weight 0 (probability P(target)^(redraws + 1)), so the true target is never a negative.
+``redraws=0`` is word2vec.c's skip. The redraws come from a pool of fresh draws 1/16 the
+size of the batch's (collisions are rare; the i-th collision takes pool entry i, cycling
+should there be more), so they cost little.
 
 Sampling is inverse-CDF over an integer table, as gensim's ``cum_table``: the CDF scaled to
 2^31 - 1 and rounded (int32, so it runs where float64 does not, e.g. TPUs), a uniform
@@ -68,7 +71,7 @@ class UnigramNoise(keras.layers.Layer):
     weight 0 marks a draw equal to its target (after ``redraws`` redraws), which is skipped.
     """
 
-    def __init__(self, vocabulary_size, power=NOISE_POWER, redraws=0, seed=None,
+    def __init__(self, vocabulary_size, power=NOISE_POWER, redraws=2, seed=None,
                  counts=None, **kwargs):
         super().__init__(**kwargs)
         self.vocabulary_size = int(vocabulary_size)
@@ -104,12 +107,22 @@ class UnigramNoise(keras.layers.Layer):
                                 side="right")
         return ops.reshape(ops.cast(flat, "int32"), shape)
 
+    def _redraw_collisions(self, negatives, targets):
+        """``negatives`` [N, k] with each draw equal to its target replaced by a fresh one."""
+        shape = ops.shape(negatives)
+        collided = ops.reshape(ops.equal(negatives, targets), (-1,))
+        pool_size = (shape[0] * shape[1]) // 16 + 16
+        pool = self._draw((pool_size,))
+        rank = ops.cumsum(ops.cast(collided, "int32")) - 1  # i-th collision -> pool entry i
+        replacement = ops.take(pool, ops.mod(ops.maximum(rank, 0), pool_size))
+        return ops.reshape(ops.where(collided, replacement, ops.reshape(negatives, (-1,))),
+                           shape)
+
     def call(self, targets, num_negatives):
         targets = ops.cast(ops.reshape(targets, (-1, 1)), "int32")
-        shape = (ops.shape(targets)[0], num_negatives)
-        negatives = self._draw(shape)
+        negatives = self._draw((ops.shape(targets)[0], num_negatives))
         for _ in range(self.redraws):
-            negatives = ops.where(ops.equal(negatives, targets), self._draw(shape), negatives)
+            negatives = self._redraw_collisions(negatives, targets)
         weights = ops.cast(ops.not_equal(negatives, targets), "float32")
         return negatives, weights
 
