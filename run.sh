@@ -54,6 +54,9 @@ case "$cmd" in
   setup) setup ;;
   bench) setup; bench_setup; exec .venv/bin/python benchmarks/run_all.py "$@" ;;
   demo)  setup; exec .venv/bin/lmfactory run bert_tiny_sst2 "$@" ;;
-  test)  setup; exec .venv/bin/python -m pytest -q "$@" ;;
+  # Two worker processes (LMFACTORY_TEST_WORKERS), a whole test file per worker (tests/conftest.py): the files'
+  # module fixtures (a DAG run, exported models) are built once.
+  test)  setup; exec .venv/bin/python -m pytest -q -n "${LMFACTORY_TEST_WORKERS:-2}" \
+           --dist loadgroup "$@" ;;
   *) echo "usage: ./run.sh demo|test|setup|bench" >&2; exit 2 ;;
 esac
