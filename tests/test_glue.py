@@ -356,20 +356,16 @@ def _newest_model(summary, component: str) -> str:
     return str(max(models_dir.iterdir(), key=lambda p: int(p.name)))
 
 
-@pytest.mark.parametrize("task, recipe_name, rows, metric", [
-    ("CoLA", "bert_tiny_cola", 100, "matthews_corrcoef"),
-    ("MRPC", "bert_tiny_mrpc", 100, "f1")])
-def test_run_fn_and_evaluator_on_cola_and_mrpc(tmp_path, stsb_run, shared_data, task,
-                                               recipe_name, rows, metric):
+def test_run_fn_and_evaluator_on_mrpc(tmp_path, stsb_run, shared_data):
+    """A pair task with a BOM'd file and F1 (CoLA's reader and the Matthews correlation are
+    checked above on the real files and by hand)."""
+    task, recipe_name, rows, metric = "MRPC", "bert_tiny_mrpc", 100, "f1"
     directory = tmp_path / task
     has_header = glue.get(task).has_header
     _slice(shared_data / "glue" / task / "train.tsv", directory / "train.tsv", rows, has_header)
     _slice(shared_data / "glue" / task / "dev.tsv", directory / "dev.tsv", 40, has_header,
            from_end=True)
-    if task == "MRPC":
-        assert (directory / "train.tsv").read_bytes().startswith(UTF8_BOM)
-    else:
-        assert not (directory / "dev.tsv").read_bytes().endswith(b"\n")
+    assert (directory / "train.tsv").read_bytes().startswith(UTF8_BOM)
     recipe = load_recipe(recipe_name, TINY_TRAINING + [
         f"data.task.dir={directory}", "finetuning.sequence_length=32"])
     examples = tmp_path / "examples"
@@ -389,8 +385,7 @@ def test_run_fn_and_evaluator_on_cola_and_mrpc(tmp_path, stsb_run, shared_data, 
                                            {"metric": metric, "threshold": None})
     assert outcome["blessed"] and outcome["metrics"]["examples"] == 40
     assert outcome["official_metrics"].keys() == set(glue.get(task).metrics)
-    assert -1.0 <= outcome["official_metrics"]["matthews_corrcoef" if task == "CoLA"
-                                               else "f1"] <= 1.0
+    assert 0.0 <= outcome["official_metrics"]["f1"] <= 1.0
     evaluator.write_report(outcome, str(tmp_path / "evaluation"))
     written = json.loads((tmp_path / "evaluation" / "metrics.json").read_text())
     assert written["official_metrics"] == outcome["official_metrics"]

@@ -1,10 +1,8 @@
-"""The decoders through the whole DAG at tiny size (LocalDagRunner), as the encoders are in
-test_pipeline_architectures.py: GPT-1 pretrained on the causal LM objective and fine-tuned
-on SST-2 with its §3.3 input transformation and auxiliary LM loss (the pushed SavedModel
-classifies raw strings), GPT-3 with alternating dense / locally banded layers and Appendix
-B's optimiser (the pushed SavedModel continues prompts); both recipes compiled for Vertex.
-Also unit checks of the pieces: GPT-1's task preprocessor as the registry hands it out,
-run_fn's classifier path training `Gpt1Classifier` with L3 = L2 + λ L1 on sentence pairs,
+"""GPT-1 and GPT-3 recipes and their pipeline pieces. The decoder family's whole-DAG test is
+GPT-2's (test_pipeline_e2e.py); GPT-1's causal-LM pretraining DAG runs in
+test_pipeline_tasks.py (multiple choice). Here: both recipes compiled for Vertex, GPT-1's
+task preprocessor as the registry hands it out, run_fn's classifier path training
+`Gpt1Classifier` with L3 = L2 + λ L1 on sentence pairs (its SavedModel serving raw pairs),
 and the GPT-3 optimiser settings reaching the Trainer."""
 
 import json
@@ -17,7 +15,6 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (ops used by the serving graph)
 
-from dag_helpers import TINY_TRAINING, small_corpus
 from lmfactory import models
 from lmfactory.components.trainer import run_fn as run_fn_lib
 from lmfactory.components.trainer.config import TrainerConfig
@@ -33,7 +30,6 @@ from lmfactory.models.tokenizers import load_tokenizer
 from lmfactory.pipelines import runners
 from lmfactory.pipelines.pipeline import _trainer_config
 from lmfactory.recipe import RecipeError, load_recipe
-from test_pipeline_architectures import SENTENCES, _run
 
 GPT1_TINY = {"num_layers": 2, "hidden_dim": 32, "num_heads": 4, "intermediate_dim": 64,
              "max_sequence_length": 64}
@@ -233,76 +229,6 @@ def test_recipes_name_bad_decoder_settings():
 
 
 # --------------------------------------------------------------------------- whole DAG
-
-
-def test_gpt1_pretrains_fine_tunes_with_lm_loss_and_pushes(tmp_path, demo_data):
-    summary = _run("gpt1_tiny_sst2", tmp_path, demo_data,
-                   ["overrides={max_sequence_length: 64, hidden_dim: 32, num_heads: 4, "
-                    "intermediate_dim: 64}"])
-    root = summary["pipeline_root"]
-    for component in ("VocabularyGen", "PretrainingExampleGen", "Pretrainer", "FineTuner"):
-        assert tf.io.gfile.exists(f"{root}/{component}"), component
-    metrics = summary["evaluation"]["metrics"]
-    print(f"\nGPT-1 tiny DAG: SST-2 dev slice {metrics}")
-    assert 0.0 <= metrics["accuracy"] <= 1.0
-    fine_tuned = tf.io.gfile.glob(f"{root}/FineTuner/model/*")[0]
-    model_config = read_model_config(fine_tuned)
-    assert model_config["architecture"] == "gpt1"
-    train_metrics = model_config["train_metrics"]
-    assert {"classification_loss", "lm_loss"} <= set(train_metrics)
-    assert train_metrics["loss"] == pytest.approx(
-        train_metrics["classification_loss"] + 0.5 * train_metrics["lm_loss"], rel=1e-4)
-    # VocabularyGen reserved GPT-1's fine-tuning tokens.
-    tokenizer = load_tokenizer(vocabulary_dir_of(fine_tuned))
-    assert all(tokenizer.token_to_id(token) is not None for token in SPECIAL_TOKENS.values())
-    serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
-    labels = serve(sentence=tf.constant(SENTENCES))["label"].numpy()
-    assert labels.shape == (len(SENTENCES),) and set(labels) <= {0, 1}
-
-
-def _shakespeare_slice(shared_data, path, characters=20_000) -> str:
-    path.write_text((shared_data / "tiny_shakespeare" / "input.txt")
-                    .read_text(encoding="utf-8")[:characters], encoding="utf-8")
-    return str(path)
-
-
-def test_gpt3_pretrains_fine_tunes_and_pushes_a_generator(tmp_path, demo_data, shared_data):
-    corpus = small_corpus(demo_data, tmp_path / "corpus.txt", 120)
-    target = _shakespeare_slice(shared_data, tmp_path / "shakespeare.txt")
-    recipe = load_recipe("gpt3_tiny_shakespeare", TINY_TRAINING + [
-        f"data.corpus.path={corpus}", f"data.target_corpus.path={target}",
-        "tokenizer.vocab_size=600", "evaluation.threshold=1000000.0",
-        "evaluation.max_batches=4", "serving.generation.max_length=24",
-        "overrides={max_sequence_length: 64, hidden_dim: 32, num_heads: 2, "
-        "intermediate_dim: 64, attention_band: 8}"])
-    summary = runners.run_local(recipe, str(tmp_path / "runs"))
-    root = summary["pipeline_root"]
-    for component in ("Pretrainer", "TargetLMExampleGen", "FineTuner"):
-        assert tf.io.gfile.exists(f"{root}/{component}"), component
-    outcome = summary["evaluation"]
-    print(f"\nGPT-3 tiny DAG: Tiny Shakespeare held-out {outcome['metrics']}")
-    assert outcome["blessed"] is True and outcome["metric"] == "perplexity"
-    # Better than the uniform model over the 600-token vocabulary.
-    assert outcome["metrics"]["perplexity"] < 600
-    fine_tuned = tf.io.gfile.glob(f"{root}/FineTuner/model/*")[0]
-    backbone = read_model_config(fine_tuned)["backbone_config"]
-    assert backbone["attention_band"] == 8 and backbone["num_layers"] == 2
-
-    loaded = tf.saved_model.load(summary["pushed_model"])
-    signature = ("generate_default" if "generate_default" in loaded.signatures
-                 else "serving_default")
-    prompts = ["First Citizen:", "ROMEO: my", ""]
-    generated = loaded.signatures[signature](prompt=tf.constant(prompts))
-    texts = [text.decode("utf-8", errors="replace")
-             for text in generated["generated_text"].numpy()]
-    print(f"GPT-3 tiny generations ({signature}): {texts}")
-    assert len(texts) == 3
-    for prompt, text in zip(prompts, texts):
-        assert text.startswith(prompt), (prompt, text)
-    # A row may stop at once on a sampled end-of-text token; not every row.
-    assert any(len(text) > len(prompt) for prompt, text in zip(prompts, texts)), texts
-    if "num_generated_tokens" in generated:
-        assert all(n >= 1 for n in generated["num_generated_tokens"].numpy())
 
 
 @pytest.mark.parametrize("recipe_name, expected", [
