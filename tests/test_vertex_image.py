@@ -20,7 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TFX_IMAGE = "gcr.io/tfx-oss-public/tfx"
-TEST_TOOLS = ("pytest", "pytest-timeout")
+TEST_TOOLS = ("pytest", "pytest-timeout", "pytest-xdist")
 
 
 def instructions() -> list[tuple[str, str]]:
