@@ -54,8 +54,8 @@ case "$cmd" in
   setup) setup ;;
   bench) setup; bench_setup; exec .venv/bin/python benchmarks/run_all.py "$@" ;;
   demo)  setup; exec .venv/bin/lmfactory run bert_tiny_sst2 "$@" ;;
-  # Two worker processes (LMFACTORY_TEST_WORKERS), a whole test file per worker (tests/conftest.py): the files'
-  # module fixtures (a DAG run, exported models) are built once.
+  # Two worker processes (LMFACTORY_TEST_WORKERS), a whole test file per unit of work
+  # (tests/conftest.py): the files' module fixtures (a DAG run, exported models) built once.
   test)  setup; exec .venv/bin/python -m pytest -q -n "${LMFACTORY_TEST_WORKERS:-2}" \
            --dist loadgroup "$@" ;;
   *) echo "usage: ./run.sh demo|test|setup|bench" >&2; exit 2 ;;

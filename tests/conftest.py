@@ -23,32 +23,31 @@ def demo_data() -> Path:
     return DEMO_DATA
 
 
-# Test files whose tests share the SavedModels that tests/serving_models.py caches per
-# process: one worker process runs them all under `pytest -n N --dist loadgroup`.
-SERVING_MODEL_FILES = {"test_serving_ops.py", "test_serving_docs.py", "test_serving_warmup.py",
-                       "test_entity_typing.py"}
-
-
 # What a test file calls when it runs a whole pipeline, a Trainer stage or subprocesses.
 HEAVY_MARKS = ("run_local(", "run_fn(", "subprocess.", "serving_models")
+# The files importing it share the SavedModels tests/serving_models.py caches per process.
+SERVING_MODELS_IMPORT = "import serving_models"
+
+
+def _unit_of_work(path: Path) -> tuple[bool, str]:
+    """``(heavy, group)`` of a test file: whether it runs pipelines or processes, and its
+    xdist group (the file, or ``serving_models`` for the files sharing those exports)."""
+    text = path.read_text(encoding="utf-8")
+    group = "serving_models" if SERVING_MODELS_IMPORT in text else str(path.relative_to(REPO))
+    return any(mark in text for mark in HEAVY_MARKS), group
 
 
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` (run.sh test) a test file is a unit of work, as with
-    ``loadfile`` (module fixtures such as a DAG run are built once), and the files of
-    SERVING_MODEL_FILES are one unit."""
+    ``loadfile`` (module fixtures such as a DAG run are built once), and the files importing
+    serving_models are one unit. The heavy units go first, so that the workers' last units
+    are short ones and they finish together (a stable sort keeps the file order)."""
     if config.getoption("dist", default="no") != "loadgroup":
         return
-    # The files that run whole pipelines or start processes go first, so that the workers'
-    # last units are short ones and they finish together (a stable sort keeps file order).
-    heavy = {}
+    units = {}
     for item in items:
-        if item.path not in heavy:
-            text = item.path.read_text(encoding="utf-8")
-            heavy[item.path] = any(mark in text for mark in HEAVY_MARKS)
-    items.sort(key=lambda item: not heavy[item.path])
+        if item.path not in units:
+            units[item.path] = _unit_of_work(item.path)
+    items.sort(key=lambda item: not units[item.path][0])
     for item in items:
-        name = item.path.name
-        group = "serving_models" if name in SERVING_MODEL_FILES else str(
-            item.path.relative_to(REPO))
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(units[item.path][1]))
