@@ -41,6 +41,7 @@ A request with bad inputs fails with an InvalidArgumentError whose message names
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 
 import keras_nlp
@@ -50,8 +51,11 @@ from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
 
 SERVING_SIGNATURE = "serving_default"
 DEFAULT_SIGNATURE = "generate_default"
-# The sampler names serving_default accepts, in switch-case order.
+# The sampler names serving_default accepts.
 SAMPLERS = ("greedy", "top_k", "top_p", "beam", "random")
+# The samplers that draw one token at a time (`RequestSampler`'s rules, in rule order); beam
+# search is the other decoding loop.
+TOKEN_RULES = tuple(name for name in SAMPLERS if name != "beam")
 # What a recipe's serving.generation block may set, and the values of the keys it leaves out.
 GENERATION_DEFAULTS = {"max_length": 64, "sampler": "greedy", "temperature": 1.0, "k": 10,
                        "p": 0.9, "num_beams": 4, "seed": None}
@@ -102,6 +106,16 @@ def _scalar(signature: str, name: str, value, dtype):
         return tf.reshape(tf.cast(value, dtype), [])
 
 
+def _prompt_batch(signature: str, prompt):
+    """``prompt`` as a 1-D batch; a request of another rank fails, naming it."""
+    check = tf.debugging.assert_rank(
+        prompt, 1, message=f"{signature}: prompt must be a 1-D batch of UTF-8 strings")
+    with tf.control_dependencies([check]):
+        # reshape, not ensure_shape: a shape error at graph instantiation would pre-empt
+        # the message above.
+        return tf.reshape(prompt, [-1])
+
+
 @contextlib.contextmanager
 def _sampler_settings(sampler, **values):
     """Sets a keras-nlp sampler's hyper-parameters (`temperature`, `k`, `p`: attributes its
@@ -115,6 +129,44 @@ def _sampler_settings(sampler, **values):
     finally:
         for name, value in saved.items():
             setattr(sampler, name, value)
+
+
+class RequestSampler(keras_nlp.samplers.Sampler):
+    """keras-nlp's token-at-a-time samplers behind one decoding loop, the rule picked per
+    request.
+
+    Greedy, top-k, top-p and random sampling differ only in `get_next_token`; this sampler
+    runs keras-nlp's loop once and draws each token with ``rules[rule]``, ``rule`` being an
+    int32 tensor (a `tf.switch_case`) or a Python int (that rule alone). A SavedModel then
+    holds the model's decoding loop once for the four rules instead of once per rule, which
+    is what makes exporting and loading a generator slow. Written here because keras-nlp
+    has no sampler whose rule is an input; beam search keeps its own loop (it carries
+    ``num_beams`` hypotheses per row).
+
+    Args:
+        rules: ``{name: keras_nlp.samplers.Sampler}``, the samplers whose `get_next_token`
+            this one chooses between, in `rule` order. Their `temperature` is not read:
+            this sampler's scales the logits for every rule.
+    """
+
+    def __init__(self, rules: dict, temperature=1.0):
+        super().__init__(temperature=temperature)
+        self.names = tuple(rules)
+        self.rules = tuple(rules.values())
+        self.rule = 0
+
+    @property
+    def variables(self):
+        return [variable for rule in self.rules for variable in rule.variables]
+
+    def get_next_token(self, probabilities):
+        def draw(rule):
+            return tf.cast(rule.get_next_token(probabilities), tf.int32)
+
+        if isinstance(self.rule, int):
+            return draw(self.rules[self.rule])
+        return tf.switch_case(self.rule, [functools.partial(draw, rule)
+                                          for rule in self.rules])
 
 
 class GeneratorServing(tf.Module):
@@ -137,43 +189,50 @@ class GeneratorServing(tf.Module):
         self.max_sequence_length = int(backbone.max_sequence_length)
         self.vocabulary_size = int(backbone.vocabulary_size)
         seed = self.settings["seed"]
-        # One keras-nlp sampler per name, built once; their seed variables are created
-        # eagerly and tracked by the model's `sampler_state` when `generate_ids` uses them.
+        # The samplers are built once; their seed variables are created eagerly and tracked
+        # by the model's `sampler_state` when `generate_ids` uses them.
         with tf.init_scope():
-            samplers = {
+            token_sampler = RequestSampler({
                 "greedy": keras_nlp.samplers.GreedySampler(),
                 "top_k": keras_nlp.samplers.TopKSampler(k=self.settings["k"], seed=seed),
                 "top_p": keras_nlp.samplers.TopPSampler(p=self.settings["p"], seed=seed),
-                "beam": keras_nlp.samplers.BeamSampler(num_beams=self.settings["num_beams"]),
                 "random": keras_nlp.samplers.RandomSampler(seed=seed),
-            }
+            })
+            beam_sampler = keras_nlp.samplers.BeamSampler(
+                num_beams=self.settings["num_beams"])
+        assert token_sampler.names == TOKEN_RULES
         # Plain Python objects, kept out of TensorFlow's tracking.
-        object.__setattr__(self, "_samplers", samplers)
+        object.__setattr__(self, "_token_sampler", token_sampler)
+        object.__setattr__(self, "_beam_sampler", beam_sampler)
 
     # ------------------------------------------------------------------ decoding
 
-    def _decode(self, name, token_ids, lengths, max_length, temperature, k, p):
-        """`generate_ids` with the sampler ``name`` set to these hyper-parameters."""
-        values = {"temperature": temperature}
-        if name == "top_k":
-            values["k"] = tf.minimum(k, self.vocabulary_size)
-        elif name == "top_p":
-            values["p"] = p
-        with _sampler_settings(self._samplers[name], **values) as sampler:
-            output = self.causal_lm.generate_ids(
-                token_ids, prompt_lengths=lengths, max_length=max_length, sampler=sampler,
-                end_token_id=self.end_token_id)
+    def _generate_ids(self, sampler, token_ids, lengths, max_length):
+        output = self.causal_lm.generate_ids(
+            token_ids, prompt_lengths=lengths, max_length=max_length, sampler=sampler,
+            end_token_id=self.end_token_id)
         return output["token_ids"], output["padding_mask"]
 
+    def _decode_tokens(self, rule, token_ids, lengths, max_length, temperature, k, p):
+        """`generate_ids` with the token rule ``rule`` (an index into `TOKEN_RULES`, int or
+        int32 tensor) and these hyper-parameters: one decoding loop for every rule."""
+        sampler = self._token_sampler
+        top_k = sampler.rules[TOKEN_RULES.index("top_k")]
+        top_p = sampler.rules[TOKEN_RULES.index("top_p")]
+        with _sampler_settings(sampler, rule=rule, temperature=temperature), \
+                _sampler_settings(top_k, k=tf.minimum(k, self.vocabulary_size)), \
+                _sampler_settings(top_p, p=p):
+            return self._generate_ids(sampler, token_ids, lengths, max_length)
+
+    def _decode_beam(self, token_ids, lengths, max_length, temperature):
+        with _sampler_settings(self._beam_sampler, temperature=temperature) as sampler:
+            return self._generate_ids(sampler, token_ids, lengths, max_length)
+
     def generate(self, signature, prompt, max_length, sampler, temperature, k, p):
-        """The traced body of both signatures. ``sampler`` is a Python name (one branch) or
-        a string tensor (a `tf.switch_case` over `SAMPLERS`)."""
-        checks = [tf.debugging.assert_rank(
-            prompt, 1, message=f"{signature}: prompt must be a 1-D batch of UTF-8 strings")]
-        with tf.control_dependencies(checks):
-            # reshape, not ensure_shape: a shape error at graph instantiation would pre-empt
-            # the message above.
-            prompt = tf.reshape(prompt, [-1])
+        """The traced body of the signatures. ``sampler`` is a Python name (that sampler's
+        loop alone) or a string tensor (beam search or `RequestSampler`'s loop, by a
+        `tf.cond`)."""
+        prompt = _prompt_batch(signature, prompt)
         max_length = _scalar(signature, "max_length", max_length, tf.int32)
         temperature = _scalar(signature, "temperature", temperature, tf.float32)
         k = _scalar(signature, "k", k, tf.int32)
@@ -190,15 +249,11 @@ class GeneratorServing(tf.Module):
             tf.debugging.assert_greater(
                 temperature, 0.0, message=f"{signature}: temperature must be > 0"),
         ]
-        if isinstance(sampler, str):
-            branch = None
-        else:
+        if not isinstance(sampler, str):
             sampler = _scalar(signature, "sampler", sampler, tf.string)
-            matches = tf.equal(tf.constant(SAMPLERS), sampler)
             checks.append(tf.debugging.Assert(
-                tf.reduce_any(matches),
+                tf.reduce_any(tf.equal(tf.constant(SAMPLERS), sampler)),
                 [f"{signature}: sampler must be one of {', '.join(SAMPLERS)}; got", sampler]))
-            branch = tf.argmax(tf.cast(matches, tf.int32), output_type=tf.int32)
         with tf.control_dependencies(checks):
             max_length = tf.minimum(max_length, self.max_sequence_length)
 
@@ -213,12 +268,19 @@ class GeneratorServing(tf.Module):
         lengths = tf.cast(pieces.row_lengths(), tf.int32)
         token_ids = pieces.to_tensor(default_value=self.end_token_id)
 
-        args = (token_ids, lengths, max_length, temperature, k, p)
-        if branch is None:
-            token_ids, mask = self._decode(sampler, *args)
+        prompts = (token_ids, lengths, max_length)
+        if isinstance(sampler, str) and sampler == "beam":
+            token_ids, mask = self._decode_beam(*prompts, temperature)
+        elif isinstance(sampler, str):
+            token_ids, mask = self._decode_tokens(TOKEN_RULES.index(sampler), *prompts,
+                                                  temperature, k, p)
         else:
-            token_ids, mask = tf.switch_case(branch, [
-                (lambda name=name: self._decode(name, *args)) for name in SAMPLERS])
+            rule = tf.argmax(tf.cast(tf.equal(tf.constant(TOKEN_RULES), sampler), tf.int32),
+                             output_type=tf.int32)
+            token_ids, mask = tf.cond(
+                tf.equal(sampler, "beam"),
+                lambda: self._decode_beam(*prompts, temperature),
+                lambda: self._decode_tokens(rule, *prompts, temperature, k, p))
 
         generated = tf.ragged.boolean_mask(token_ids, mask)
         num_generated = tf.cast(generated.row_lengths(), tf.int32) - lengths
@@ -240,18 +302,24 @@ class GeneratorServing(tf.Module):
             tf.TensorSpec(None, tf.float32, name="temperature"),
             tf.TensorSpec(None, tf.int32, name="k"),
             tf.TensorSpec(None, tf.float32, name="p"),
-        ])
+        ], autograph=False)
         def serving_default(prompt, max_length, sampler, temperature, k, p):
             return self.generate(SERVING_SIGNATURE, prompt, max_length, sampler,
                                  temperature, k, p)
 
         settings = self.settings
 
-        @tf.function(input_signature=[tf.TensorSpec(None, tf.string, name="prompt")])
+        # The recipe's settings as constant inputs of serving_default's graph: the decoding
+        # loops are traced (and saved, and loaded) once for both signatures.
+        @tf.function(input_signature=[tf.TensorSpec(None, tf.string, name="prompt")],
+                     autograph=False)
         def generate_default(prompt):
-            return self.generate(DEFAULT_SIGNATURE, prompt, settings["max_length"],
-                                 settings["sampler"], settings["temperature"],
-                                 settings["k"], settings["p"])
+            return serving_default(
+                _prompt_batch(DEFAULT_SIGNATURE, prompt),
+                tf.constant(settings["max_length"], tf.int32),
+                tf.constant(settings["sampler"], tf.string),
+                tf.constant(settings["temperature"], tf.float32),
+                tf.constant(settings["k"], tf.int32), tf.constant(settings["p"], tf.float32))
 
         return {SERVING_SIGNATURE: serving_default.get_concrete_function(),
                 DEFAULT_SIGNATURE: generate_default.get_concrete_function()}
