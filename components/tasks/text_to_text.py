@@ -151,7 +151,7 @@ class TextToTextServing(TranslationServing):
         from lmfactory.components.trainer.serving import (_check_batch_of_strings,
                                                           _string_batch_spec)
 
-        @tf.function(input_signature=[_string_batch_spec("text")])
+        @tf.function(input_signature=[_string_batch_spec("text")], autograph=False)
         def serve(text):
             text = _check_batch_of_strings("text", text)
             return {OUTPUT_KEY: self.translate(text)}

@@ -50,7 +50,8 @@ class MultipleChoiceServing(tf.Module):
         # Unknown rank on purpose: a loaded signature does not enforce declared shapes, so
         # the checks below give the message.
         @tf.function(input_signature=[tf.TensorSpec(None, tf.string, name="context"),
-                                      tf.TensorSpec(None, tf.string, name="choices")])
+                                      tf.TensorSpec(None, tf.string, name="choices")],
+                     autograph=False)
         def choose(context, choices):
             checks = [
                 tf.debugging.assert_rank(context, 1, message=(

@@ -84,7 +84,7 @@ class ClassifierServing(tf.Module):
     def signature(self):
         specs = [_string_batch_spec(name) for name in self.text_features]
 
-        @tf.function(input_signature=specs)
+        @tf.function(input_signature=specs, autograph=False)
         def classify(*texts):
             texts = [_check_batch_of_strings(name, text)
                      for name, text in zip(self.text_features, texts)]
@@ -129,7 +129,7 @@ class EncoderServing(tf.Module):
         self.backbone = backbone
 
     def signature(self):
-        @tf.function(input_signature=[_string_batch_spec("text")])
+        @tf.function(input_signature=[_string_batch_spec("text")], autograph=False)
         def encode(text):
             text = _check_batch_of_strings("text", text)
             packed = select_inputs(self.backbone, self.preprocessor(text))

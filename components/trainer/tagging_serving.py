@@ -54,7 +54,8 @@ class TaggerServing(tf.Module):
     def signature(self):
         # Unknown rank on purpose (as export.py does): a loaded signature does not enforce
         # its declared shape, and the rank check above gives the clear message.
-        @tf.function(input_signature=[tf.TensorSpec(None, tf.string, name="sentences")])
+        @tf.function(input_signature=[tf.TensorSpec(None, tf.string, name="sentences")],
+                     autograph=False)
         def serve(sentences):
             return self.tag(sentences)
 

@@ -39,7 +39,7 @@ class TranslationServing(tf.Module):
         return self.preprocessor.detokenize(output["token_ids"])
 
     def signature(self):
-        @tf.function(input_signature=[_string_batch_spec("text")])
+        @tf.function(input_signature=[_string_batch_spec("text")], autograph=False)
         def serve(text):
             text = _check_batch_of_strings("text", text)
             return {"translation": self.translate(text)}

@@ -83,10 +83,12 @@ class WordVectorServing(tf.Module):
 
     def signatures(self) -> dict:
         spec = [_string_batch_spec("words")]
-        return {SERVING_SIGNATURE: tf.function(self.vectors_of, input_signature=spec
-                                               ).get_concrete_function(),
-                NEIGHBOURS_SIGNATURE: tf.function(self.neighbours_of, input_signature=spec
-                                                  ).get_concrete_function()}
+        return {SERVING_SIGNATURE: tf.function(
+                    self.vectors_of, input_signature=spec, autograph=False
+                ).get_concrete_function(),
+                NEIGHBOURS_SIGNATURE: tf.function(
+                    self.neighbours_of, input_signature=spec, autograph=False
+                ).get_concrete_function()}
 
 
 def save_word_vectors(module: WordVectorServing, export_dir: str) -> None:

@@ -34,7 +34,8 @@ class SpanServing(tf.Module):
         self.max_answer_length = int(max_answer_length)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="question"),
-                                  tf.TensorSpec([None], tf.string, name="context")])
+                                  tf.TensorSpec([None], tf.string, name="context")],
+                 autograph=False)
     def serving_default(self, question, context):
         tf.debugging.assert_equal(tf.shape(question), tf.shape(context),
                                   message="question and context must have the same batch "
