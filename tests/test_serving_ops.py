@@ -7,6 +7,7 @@ default a covering subset (every architecture's backbone and tokenizer, every he
 every kind's packing at least once, `serving_models.audit_cases`), every pair with
 LMFACTORY_FULL_OP_AUDIT=1 (~2.5x the time)."""
 
+import functools
 import os
 
 import pytest
@@ -17,7 +18,14 @@ from lmfactory.components.pusher import op_audit
 import serving_models
 
 CASES = serving_models.serving_cases()
-AUDITED = serving_models.audit_cases(full=os.environ.get("LMFACTORY_FULL_OP_AUDIT") == "1")
+
+
+@functools.lru_cache(maxsize=None)
+def audited() -> tuple:
+    """The audited pairs, chosen when a test first asks (choosing builds every pair's task
+    model: collection, which every worker does, stays free of it)."""
+    return tuple(serving_models.audit_cases(
+        full=os.environ.get("LMFACTORY_FULL_OP_AUDIT") == "1"))
 
 
 def test_model_server_op_set_is_core_plus_tensorflow_text():
@@ -28,6 +36,37 @@ def test_model_server_op_set_is_core_plus_tensorflow_text():
     assert ops["SentencepieceOp"] == op_audit.TENSORFLOW_TEXT
     assert ops["FastWordpieceTokenizeWithOffsets"] == op_audit.TENSORFLOW_TEXT
     assert not op_audit.PYTHON_ONLY_OPS & set(ops)
+
+
+def test_op_set_is_listed_once_per_versions_and_cached(tmp_path, monkeypatch):
+    """The first call lists the ops in a fresh interpreter and writes the cache file; later
+    calls (other processes) read it; a damaged file is listed again; another TensorFlow
+    version has another file."""
+    monkeypatch.setenv("LMFACTORY_CACHE_DIR", str(tmp_path))
+    op_audit.model_server_ops.cache_clear()
+    listings = []
+    real_list = op_audit._list_ops
+    monkeypatch.setattr(op_audit, "_list_ops", lambda: listings.append(1) or real_list())
+    try:
+        path = op_audit.op_set_cache_path()
+        assert os.path.dirname(path) == str(tmp_path) and "2.16.2" in os.path.basename(path)
+        first = op_audit.model_server_ops()
+        assert listings == [1] and os.path.exists(path)
+        assert not [name for name in os.listdir(tmp_path) if name.endswith(".incomplete")]
+        op_audit.model_server_ops.cache_clear()
+        assert op_audit.model_server_ops() == first and listings == [1]
+
+        with open(path, "w", encoding="utf-8") as f:
+            f.write('{"tensorflow": [')  # a half-written file
+        op_audit.model_server_ops.cache_clear()
+        assert op_audit.model_server_ops() == first and listings == [1, 1]
+
+        real_version = op_audit._version
+        monkeypatch.setattr(op_audit, "_version", lambda name: "9.9.9" if name ==
+                            "tensorflow" else real_version(name))
+        assert op_audit.op_set_cache_path() != path
+    finally:
+        op_audit.model_server_ops.cache_clear()
 
 
 def test_audit_fails_on_python_and_unregistered_ops(tmp_path):
@@ -63,16 +102,17 @@ def test_cases_cover_every_architecture_and_served_kind():
             "translation", "text_to_text", "word_vectors"} <= kinds
     # the audited pairs cover every backbone and every graph part of every buildable pair
     buildable = [case for case in CASES if not serving_models.refusal(*case)]
-    assert {name for name, _ in AUDITED} == set(models.names())
+    assert {name for name, _ in audited()} == set(models.names())
     pieces = lambda cases: set().union(*(serving_models._pieces(*c) for c in cases))  # noqa
-    assert pieces(buildable) == pieces(AUDITED)
+    assert pieces(buildable) == pieces(audited())
 
 
-@pytest.mark.parametrize("architecture", sorted({name for name, _ in AUDITED}))
+# Every architecture has audited pairs (test_cases_cover_every_architecture_and_served_kind).
+@pytest.mark.parametrize("architecture", sorted(models.names()))
 def test_every_op_of_every_pushed_model_is_served(architecture):
     server = op_audit.model_server_ops()
     found = {}
-    for name, kind in AUDITED:
+    for name, kind in audited():
         if name != architecture:
             continue
         export_dir, _ = serving_models.exported(name, kind)

@@ -13,16 +13,29 @@ ops in a fresh interpreter that has NOT imported tensorflow_text (importing kera
 so this process's registry is not the core set), then the ops each of tensorflow_text's
 op libraries (``tensorflow_text/python/ops/_*.so``) adds when loaded. `PYTHON_ONLY_OPS` are
 registered by TensorFlow's core but their kernels live in the Python runtime.
+
+The set depends only on the installed TensorFlow and tensorflow_text, so it is listed once
+per pair of versions (a fresh interpreter importing TensorFlow: seconds) and kept as JSON in
+a cache folder (``LMFACTORY_CACHE_DIR``, else ``$XDG_CACHE_HOME/lmfactory`` or
+``~/.cache/lmfactory``): a push then reads a file instead of starting a process. The file's
+name holds both versions and a digest of tensorflow_text's op libraries (name and size), so
+an upgrade or a rebuilt wheel lists the ops again; a file that does not parse is listed
+again and replaced. An unwritable cache folder only costs the listing each time.
 """
 
 from __future__ import annotations
 
 import functools
+import glob
+import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
 import subprocess
 import sys
+import tempfile
 
 TF_SERVING_VERSION = "2.16.1"  # tensorflow/serving release built on TensorFlow 2.16
 TENSORFLOW = "tensorflow"
@@ -59,19 +72,87 @@ print(json.dumps({"tensorflow": sorted(core), "tensorflow_text": sorted(text),
 """
 
 
-@functools.lru_cache(maxsize=1)
-def model_server_ops() -> dict:
-    """``{op type: "tensorflow" | "tensorflow_text"}``: the ops the model server links (see
-    the module docstring), Python-only ops left out. Computed once per process (a fresh
-    interpreter; a few seconds). Raises RuntimeError when tensorflow_text is not installed
-    (its op library is half of the set)."""
+def cache_dir() -> str:
+    """The folder of lmfactory's per-machine caches (see the module docstring)."""
+    if os.environ.get("LMFACTORY_CACHE_DIR"):
+        return os.environ["LMFACTORY_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "lmfactory")
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def _op_libraries() -> list:
+    """tensorflow_text's op libraries (``python/ops/_*.so``), found without importing it."""
+    spec = importlib.util.find_spec(TENSORFLOW_TEXT)
+    if spec is None or not spec.origin:
+        return []
+    return sorted(glob.glob(os.path.join(os.path.dirname(spec.origin), "python", "ops",
+                                         "_*.so")))
+
+
+def op_set_cache_path() -> str:
+    """The cache file of the installed versions' op set (see the module docstring)."""
+    libraries = hashlib.sha256()
+    for library in _op_libraries():
+        libraries.update(f"{os.path.basename(library)}:{os.path.getsize(library)};".encode())
+    name = (f"tf_serving_ops-tensorflow-{_version('tensorflow')}-tensorflow_text-"
+            f"{_version('tensorflow-text')}-{libraries.hexdigest()[:12]}.json")
+    return os.path.join(cache_dir(), name)
+
+
+def _list_ops() -> dict:
+    """The registered ops of a fresh interpreter (``_LIST_OPS``'s JSON)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     done = subprocess.run([sys.executable, "-c", _LIST_OPS], capture_output=True, text=True,
                           env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"Listing TensorFlow's registered ops failed: "
                            f"{done.stderr.strip().splitlines()[-1:]}")
-    listed = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _read_cached(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            listed = json.load(f)
+        if isinstance(listed.get(TENSORFLOW), list) and listed[TENSORFLOW] and \
+                isinstance(listed.get(TENSORFLOW_TEXT), list):
+            return listed
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def _write_cached(path: str, listed: dict) -> None:
+    """Writes ``listed`` to ``path`` atomically (a reader never sees half a file)."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, staging = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".incomplete")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(listed, f)
+        os.replace(staging, path)
+    except OSError as error:
+        logging.warning("TF Serving op set not cached at %s: %s", path, error)
+
+
+@functools.lru_cache(maxsize=1)
+def model_server_ops() -> dict:
+    """``{op type: "tensorflow" | "tensorflow_text"}``: the ops the model server links (see
+    the module docstring), Python-only ops left out. Read from the cache file of the
+    installed versions, else listed in a fresh interpreter and cached. Raises RuntimeError
+    when tensorflow_text is not installed (its op library is half of the set)."""
+    path = op_set_cache_path()
+    listed = _read_cached(path)
+    if listed is None:
+        listed = _list_ops()
+        if listed["tensorflow_text_found"]:
+            _write_cached(path, listed)
     if not listed["tensorflow_text_found"]:
         raise RuntimeError("tensorflow_text is not installed: its op library (linked by the "
                            "model server) cannot be listed")
@@ -125,5 +206,6 @@ def audit_saved_model(export_dir: str) -> dict:
     return problems
 
 
-__all__ = ["PYTHON_ONLY_OPS", "TF_SERVING_VERSION", "audit_saved_model", "graph_def_ops",
-           "model_server_ops", "saved_model_ops", "unservable_ops"]
+__all__ = ["PYTHON_ONLY_OPS", "TF_SERVING_VERSION", "audit_saved_model", "cache_dir",
+           "graph_def_ops", "model_server_ops", "op_set_cache_path", "saved_model_ops",
+           "unservable_ops"]
