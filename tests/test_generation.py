@@ -556,7 +556,34 @@ def served(tmp_path_factory):
                                          "generation": generation}, export_dir)
     loaded = tf.saved_model.load(export_dir)
     return {"lm": lm, "tokenizer": load_tokenizer(vocab_dir), "loaded": loaded,
-            "end": int(load_tokenizer(vocab_dir).token_to_id(bpe.END_OF_TEXT))}
+            "end": int(load_tokenizer(vocab_dir).token_to_id(bpe.END_OF_TEXT)),
+            "export_dir": export_dir}
+
+
+def test_saved_model_holds_two_decoding_loops(served):
+    """Five samplers, two signatures, two decoding loops: beam search and `RequestSampler`'s
+    loop for the token-at-a-time rules, which generate_default shares with serving_default.
+    A decoding loop is a While whose body runs the model (its matrix products)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    with open(f"{served['export_dir']}/saved_model.pb", "rb") as f:
+        saved_model.ParseFromString(f.read())
+    library = {function.signature.name: function
+               for function in saved_model.meta_graphs[0].graph_def.library.function}
+
+    def runs_model(name, seen=()):
+        function = library[name]
+        if any(node.op in ("MatMul", "BatchMatMulV2") for node in function.node_def):
+            return True
+        called = {value.func.name for node in function.node_def
+                  for value in node.attr.values() if value.func.name in library}
+        return any(runs_model(callee, seen + (name,)) for callee in called - set(seen))
+
+    loops = [node for function in library.values() for node in function.node_def
+             if node.op in ("While", "StatelessWhile")
+             and runs_model(node.attr["body"].func.name)]
+    assert len(loops) == 2
 
 
 def _request(prompts=SERVING_PROMPTS, max_length=10, sampler="greedy", temperature=1.0, k=3,
