@@ -21,8 +21,19 @@ from __future__ import annotations
 
 import os
 
-from tfx import v1 as tfx
+# TFX's modules, not its `tfx.v1` facade: importing that loads every extension (the Vertex
+# AI client library among them, ~4 s) whatever the pipeline uses.
+from tfx.components.pusher.component import Pusher
+from tfx.components.trainer.component import Trainer
 from tfx.dsl.components.base import executor_spec
+from tfx.dsl.components.common.resolver import Resolver
+from tfx.dsl.input_resolution.strategies.latest_blessed_model_strategy import (
+    LatestBlessedModelStrategy)
+from tfx.orchestration import metadata as tfx_metadata
+from tfx.orchestration import pipeline as tfx_pipeline
+from tfx.proto import pusher_pb2, trainer_pb2
+from tfx.types import standard_artifacts
+from tfx.types.channel import Channel
 
 from lmfactory import models
 from lmfactory.components import tasks as task_kinds
@@ -137,14 +148,14 @@ def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, mod
         run_fn=RUN_FN,
         examples=examples,
         base_model=base_model,
-        train_args=tfx.proto.TrainArgs(num_steps=settings["steps"]),
-        eval_args=tfx.proto.EvalArgs(num_steps=settings["eval_steps"]),
+        train_args=trainer_pb2.TrainArgs(num_steps=settings["steps"]),
+        eval_args=trainer_pb2.EvalArgs(num_steps=settings["eval_steps"]),
         custom_config=_trainer_config(recipe, settings, task, model),
     )
     if kg_embeddings is not None:
         return KnowledgeTrainer(kg_embeddings=kg_embeddings, knowledge_graph=graph,
                                 **arguments)
-    return tfx.components.Trainer(**arguments)
+    return Trainer(**arguments)
 
 
 def _distiller(recipe: dict, stage: str, examples, teacher_model, task=None, base_model=None):
@@ -152,8 +163,8 @@ def _distiller(recipe: dict, stage: str, examples, teacher_model, task=None, bas
     settings = recipe[stage]
     return Distiller(
         examples=examples, teacher_model=teacher_model, base_model=base_model, run_fn=RUN_FN,
-        train_args=tfx.proto.TrainArgs(num_steps=settings["steps"]),
-        eval_args=tfx.proto.EvalArgs(num_steps=settings["eval_steps"]),
+        train_args=trainer_pb2.TrainArgs(num_steps=settings["steps"]),
+        eval_args=trainer_pb2.EvalArgs(num_steps=settings["eval_steps"]),
         custom_config=_trainer_config(recipe, settings, task))
 
 
@@ -304,10 +315,10 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         finetuner = _trainer(recipe, "finetuning", task_examples, task=task,
                              base_model=pretrained_model,
                              kg_embeddings=kg_embeddings, graph=graph).with_id("FineTuner")
-    baseline = tfx.dsl.Resolver(
-        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+    baseline = Resolver(
+        strategy_class=LatestBlessedModelStrategy,
+        model=Channel(type=standard_artifacts.Model),
+        model_blessing=Channel(type=standard_artifacts.ModelBlessing),
     ).with_id("LatestBlessedModelResolver")
     evaluation = recipe["evaluation"]
     evaluator = LMEvaluator(
@@ -315,11 +326,11 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         baseline_model=baseline.outputs["model"], metric=evaluation["metric"],
         threshold=evaluation["threshold"], batch_size=evaluation["batch_size"],
         max_batches=evaluation["max_batches"])
-    pusher = tfx.components.Pusher(
+    pusher = Pusher(
         model=finetuner.outputs["model"], model_blessing=evaluator.outputs["blessing"],
         custom_executor_spec=executor_spec.ExecutorClassSpec(pusher_executor.Executor),
-        push_destination=tfx.proto.PushDestination(
-            filesystem=tfx.proto.PushDestination.Filesystem(
+        push_destination=pusher_pb2.PushDestination(
+            filesystem=pusher_pb2.PushDestination.Filesystem(
                 base_directory=os.path.join(serving_dir, recipe["serving"]["model_name"]))))
     return components + [finetuner, baseline, evaluator, pusher]
 
@@ -327,9 +338,9 @@ def create_components(recipe: dict, serving_dir: str) -> list:
 def create_pipeline(recipe: dict, pipeline_root: str, serving_dir: str,
                     metadata_path: str | None = None, enable_cache: bool = True):
     """Builds the TFX pipeline for ``recipe``; ``metadata_path`` set -> local SQLite MLMD."""
-    metadata = (tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path)
+    metadata = (tfx_metadata.sqlite_metadata_connection_config(metadata_path)
                 if metadata_path else None)
-    return tfx.dsl.Pipeline(
+    return tfx_pipeline.Pipeline(
         pipeline_name=recipe["name"].replace("_", "-"),
         pipeline_root=pipeline_root,
         components=create_components(recipe, serving_dir),

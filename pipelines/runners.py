@@ -8,7 +8,7 @@ import json
 import logging
 import os
 
-from tfx import v1 as tfx
+from tfx.orchestration.local.local_dag_runner import LocalDagRunner
 
 from lmfactory.components.trainer.serving import SERVING_DIR
 from lmfactory.pipelines import beam_workers, local_state, vertex
@@ -94,7 +94,7 @@ def run_local(recipe: dict, output_dir: str = "runs", enable_cache: bool = True)
         pipeline = create_pipeline(recipe, layout["pipeline_root"], layout["serving_dir"],
                                    metadata_path=layout["metadata_path"],
                                    enable_cache=enable_cache)
-        tfx.orchestration.LocalDagRunner().run(pipeline)
+        LocalDagRunner().run(pipeline)
         return summarize_local_run(recipe, layout)
 
 
@@ -151,8 +151,10 @@ def compile_vertex(recipe: dict, output_file: str, pipeline_root: str,
         recipe, image, pipeline_root, project=project, region=region))
     serving_dir = serving_dir or os.path.join(pipeline_root, "serving")
     pipeline = create_pipeline(recipe, pipeline_root, serving_dir)
-    runner = tfx.orchestration.experimental.KubeflowV2DagRunner(
-        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=image),
+    from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner as kubeflow_v2
+
+    runner = kubeflow_v2.KubeflowV2DagRunner(
+        config=kubeflow_v2.KubeflowV2DagRunnerConfig(default_image=image),
         output_filename=output_file)
     runner.run(pipeline, write_out=True)
     logging.info("Wrote Vertex AI pipeline spec %s", output_file)
