@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (ops used by the serving graph)
 
-from dag_helpers import TINY_TRAINING, small_corpus
+from dag_helpers import TINY_TRAINING
 from lmfactory.components.evaluator import executor as evaluator
 from lmfactory.components.evaluator import metrics
 from lmfactory.components.example_gen import executor as ingestion
@@ -27,6 +27,7 @@ from lmfactory.pipelines.pipeline import _trainer_config, task_input_config, tas
 from lmfactory.recipe import RecipeError, load_recipe
 
 BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "hf" / "bert"  # tiny, HF format
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -307,16 +308,17 @@ def test_a_regression_recipe_without_a_preset_has_one_output(tmp_path):
 # --- the DAG: STS-B (pairs, regression) -------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def stsb_run(tmp_path_factory, demo_data, shared_data):
+def stsb_run(tmp_path_factory, shared_data):
+    """The regression DAG from the tiny published-format BERT checkpoint (CheckpointImporter):
+    BERT's pretraining DAG runs in test_pipeline_e2e.py."""
     tmp = tmp_path_factory.mktemp("stsb")
-    corpus = small_corpus(demo_data, tmp / "corpus.txt", 150)
     source = shared_data / "glue" / "STS-B"
     _slice(source / "train.tsv", tmp / "STS-B" / "train.tsv", 240, header=True)
     _slice(source / "dev.tsv", tmp / "STS-B" / "dev.tsv", 60, header=True)
-    recipe = load_recipe("bert_tiny_stsb", TINY_TRAINING + [
-        f"data.corpus.path={corpus}", f"data.task.dir={tmp / 'STS-B'}",
-        "tokenizer.vocab_size=600", "finetuning.sequence_length=32",
-        "evaluation.threshold=-1.0"])
+    recipe = load_recipe("bert_tiny_stsb", [
+        *(setting for setting in TINY_TRAINING if setting.startswith(("finetuning.", "runtime."))),
+        f"pretraining.init_checkpoint={CHECKPOINT}", f"data.task.dir={tmp / 'STS-B'}",
+        "finetuning.sequence_length=32", "evaluation.threshold=-1.0"])
     summary = runners.run_local(recipe, str(tmp / "runs"))
     return recipe, summary, tmp
 
@@ -377,7 +379,8 @@ def test_run_fn_and_evaluator_on_mrpc(tmp_path, stsb_run, shared_data):
     run_dir = tmp_path / "FineTuner" / "model_run" / "1"
     run_fn_lib.run_fn(types.SimpleNamespace(
         custom_config=config, train_files=[f"{examples}/Split-train/*"],
-        eval_files=[f"{examples}/Split-eval/*"], base_model=_newest_model(stsb_run[1], "Pretrainer"),
+        eval_files=[f"{examples}/Split-eval/*"],
+        base_model=_newest_model(stsb_run[1], "CheckpointImporter"),
         train_steps=settings["steps"], eval_steps=1, model_run_dir=str(run_dir),
         serving_model_dir=str(model_uri / "Format-Serving")))
     assert json.loads((run_dir / "metrics.json").read_text())["loss"] > 0
