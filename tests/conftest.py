@@ -37,17 +37,27 @@ def _unit_of_work(path: Path) -> tuple[bool, str]:
     return any(mark in text for mark in HEAVY_MARKS), group
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "dag: in a file that runs a pipeline, a Trainer stage, subprocesses or the "
+        "serving exports of every architecture (the slow tier; -m 'not dag' leaves it out)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m reads the markers
 def pytest_collection_modifyitems(config, items):
-    """Under ``--dist loadgroup`` (run.sh test) a test file is a unit of work, as with
-    ``loadfile`` (module fixtures such as a DAG run are built once), and the files importing
+    """Every test of a heavy file (`HEAVY_MARKS`) gets the ``dag`` marker. Under
+    ``--dist loadgroup`` (run.sh test) a test file is a unit of work, as with ``loadfile``
+    (module fixtures such as a DAG run are built once), and the files importing
     serving_models are one unit. The heavy units go first, so that the workers' last units
     are short ones and they finish together (a stable sort keeps the file order)."""
-    if config.getoption("dist", default="no") != "loadgroup":
-        return
     units = {}
     for item in items:
         if item.path not in units:
             units[item.path] = _unit_of_work(item.path)
+        if units[item.path][0]:
+            item.add_marker(pytest.mark.dag)
+    if config.getoption("dist", default="no") != "loadgroup":
+        return
     items.sort(key=lambda item: not units[item.path][0])
     for item in items:
         item.add_marker(pytest.mark.xdist_group(units[item.path][1]))

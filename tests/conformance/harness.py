@@ -356,7 +356,7 @@ def serving_module(backbone):
     module = tf.Module()
     module.backbone = backbone
 
-    @tf.function(input_signature=[signature])
+    @tf.function(input_signature=[signature], autograph=False)  # as the serving exports
     def serve(inputs):
         return dict(backbone(inputs, training=False))
 
