@@ -57,6 +57,6 @@ case "$cmd" in
   # Two worker processes (LMFACTORY_TEST_WORKERS), a whole test file per unit of work
   # (tests/conftest.py): the files' module fixtures (a DAG run, exported models) built once.
   test)  setup; exec .venv/bin/python -m pytest -q -n "${LMFACTORY_TEST_WORKERS:-2}" \
-           --dist loadgroup "$@" ;;
+           --dist loadfile "$@" ;;
   *) echo "usage: ./run.sh demo|test|setup|bench" >&2; exit 2 ;;
 esac

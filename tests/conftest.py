@@ -1,3 +1,4 @@
+import functools
 import os
 from pathlib import Path
 
@@ -29,12 +30,14 @@ HEAVY_MARKS = ("run_local(", "run_fn(", "subprocess.", "serving_models")
 SERVING_MODELS_IMPORT = "import serving_models"
 
 
+@functools.lru_cache(maxsize=None)
 def _unit_of_work(path: Path) -> tuple[bool, str]:
-    """``(heavy, group)`` of a test file: whether it runs pipelines or processes, and its
-    xdist group (the file, or ``serving_models`` for the files sharing those exports)."""
+    """``(heavy, unit)`` of a test file: whether it runs pipelines or processes, and the unit
+    of work it belongs to under xdist (the file, or ``serving_models`` for the files sharing
+    those exports)."""
     text = path.read_text(encoding="utf-8")
-    group = "serving_models" if SERVING_MODELS_IMPORT in text else str(path.relative_to(REPO))
-    return any(mark in text for mark in HEAVY_MARKS), group
+    unit = "serving_models" if SERVING_MODELS_IMPORT in text else str(path.relative_to(REPO))
+    return any(mark in text for mark in HEAVY_MARKS), unit
 
 
 def pytest_configure(config):
@@ -45,19 +48,28 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before -m reads the markers
 def pytest_collection_modifyitems(config, items):
-    """Every test of a heavy file (`HEAVY_MARKS`) gets the ``dag`` marker. Under
-    ``--dist loadgroup`` (run.sh test) a test file is a unit of work, as with ``loadfile``
-    (module fixtures such as a DAG run are built once), and the files importing
-    serving_models are one unit. The heavy units go first, so that the workers' last units
-    are short ones and they finish together (a stable sort keeps the file order)."""
-    units = {}
+    """Every test of a heavy file (`HEAVY_MARKS`) gets the ``dag`` marker. On an xdist worker
+    (run.sh test), whose collection order is the order the units are handed out in, the
+    heavy files go first, so that the workers' last units are short ones and they finish
+    together (a stable sort keeps the file order)."""
     for item in items:
-        if item.path not in units:
-            units[item.path] = _unit_of_work(item.path)
-        if units[item.path][0]:
+        if _unit_of_work(item.path)[0]:
             item.add_marker(pytest.mark.dag)
-    if config.getoption("dist", default="no") != "loadgroup":
-        return
-    items.sort(key=lambda item: not units[item.path][0])
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(units[item.path][1]))
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: not _unit_of_work(item.path)[0])
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (run.sh test) with the files importing serving_models as one unit:
+    a test file is a unit of work, so its module fixtures (a DAG run, exported models) are
+    built once, on one worker. (xdist's ``loadgroup`` would do this from markers, but it
+    renames node ids through an attribute pytest 9 no longer reads.)"""
+    if config.getoption("dist", default="no") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit_of_work(REPO / nodeid.split("::", 1)[0])[1]
+
+    return FileUnitScheduling(config, log)
