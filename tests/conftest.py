@@ -1,4 +1,5 @@
 import functools
+import json
 import os
 from pathlib import Path
 
@@ -46,24 +47,41 @@ def pytest_configure(config):
         "serving exports of every architecture (the slow tier; -m 'not dag' leaves it out)")
 
 
+@functools.lru_cache(maxsize=None)
+def _measured_seconds() -> dict:
+    """``{unit: seconds}`` of a full run (tests/unit_seconds.json, the per-file sums of a
+    ``--junitxml`` report): only the order in which units are handed out depends on it."""
+    with open(REPO / "tests" / "unit_seconds.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _expected_seconds(path: Path) -> float:
+    """The unit's measured time; a unit the table does not know yet is assumed long when it
+    is heavy (a new DAG test), short otherwise."""
+    heavy, unit = _unit_of_work(path)
+    return _measured_seconds().get(unit, 120.0 if heavy else 1.0)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m reads the markers
 def pytest_collection_modifyitems(config, items):
     """Every test of a heavy file (`HEAVY_MARKS`) gets the ``dag`` marker. On an xdist worker
     (run.sh test), whose collection order is the order the units are handed out in, the
-    heavy files go first, so that the workers' last units are short ones and they finish
-    together (a stable sort keeps the file order)."""
+    longest units go first (longest-processing-time scheduling), so that the workers' last
+    units are short ones and the workers finish together (a stable sort keeps the file order
+    within a unit)."""
     for item in items:
         if _unit_of_work(item.path)[0]:
             item.add_marker(pytest.mark.dag)
     if hasattr(config, "workerinput"):
-        items.sort(key=lambda item: not _unit_of_work(item.path)[0])
+        items.sort(key=lambda item: -_expected_seconds(item.path))
 
 
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` (run.sh test) with the files importing serving_models as one unit:
     a test file is a unit of work, so its module fixtures (a DAG run, exported models) are
-    built once, on one worker. (xdist's ``loadgroup`` would do this from markers, but it
-    renames node ids through an attribute pytest 9 no longer reads.)"""
+    built once, on one worker; units are handed out in the workers' collection order (see
+    above), not re-sorted by their number of tests. (xdist's ``loadgroup`` would group from
+    markers, but it renames node ids through an attribute pytest 9 no longer reads.)"""
     if config.getoption("dist", default="no") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -72,4 +90,5 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return _unit_of_work(REPO / nodeid.split("::", 1)[0])[1]
 
+    config.option.loadscopereorder = False
     return FileUnitScheduling(config, log)

@@ -1,4 +1,4 @@
-"""The op audit (issue 16): every op of every pushed SavedModel is one TF Serving's model
+"""The op audit: every op of every pushed SavedModel is one TF Serving's model
 server links (tensorflow/serving 2.16.1: TensorFlow 2.16's core ops plus tensorflow_text's
 op library, components/pusher/op_audit.py), for every architecture and every task kind it
 serves. The SavedModels are the kinds' own exports of tiny untrained models

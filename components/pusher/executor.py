@@ -1,4 +1,4 @@
-"""TFX's Pusher, pushing atomically and only what is new (issue 18).
+"""TFX's Pusher, pushing atomically and only what is new.
 
 The stock executor copies the blessed SavedModel straight into ``<base>/<unix time>``, so a
 model server polling ``<base>`` can see a version folder holding some files and no
@@ -14,7 +14,7 @@ executor:
   and bytes) and, when they are identical, pushes nothing and records that version as the
   push (``pushed`` = 1, ``pushed_version`` the existing one).
 
-Before pushing, the model is checked for TF Serving (issue 16): every op of its graph must
+Before pushing, the model is checked for TF Serving: every op of its graph must
 be one the model server links (op_audit.py: TensorFlow's core ops and tensorflow_text's;
 a model holding another op, or a Python callback, is refused with a one-line error naming
 the ops, since the server could not load it), and a model without warm-up requests
