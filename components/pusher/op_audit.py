@@ -118,14 +118,20 @@ def _list_ops() -> dict:
 
 
 def _read_cached(path: str) -> dict | None:
+    """The cached listing at ``path``; None when there is none or it does not parse (a
+    damaged file is then listed again and replaced)."""
+    if not os.path.exists(path):
+        return None
     try:
         with open(path, encoding="utf-8") as f:
             listed = json.load(f)
         if isinstance(listed.get(TENSORFLOW), list) and listed[TENSORFLOW] and \
                 isinstance(listed.get(TENSORFLOW_TEXT), list):
             return listed
-    except (OSError, ValueError, AttributeError):
-        pass
+    except (OSError, ValueError, AttributeError) as error:
+        logging.warning("TF Serving op set cache %s unreadable (%s): listing again", path, error)
+        return None
+    logging.warning("TF Serving op set cache %s holds no op lists: listing again", path)
     return None
 
 
