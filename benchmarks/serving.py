@@ -11,7 +11,7 @@ the pipeline: a backbone from ``models.build("bert", preset, vocabulary_size=...
 architecture's ``head("classification")(backbone, num_classes=2)``, the classifier
 preprocessor of a WordPiece vocabulary folder (learned here from the demo corpus, 8,000 pieces), wrapped in
 ``components/trainer/serving.py``'s ``ClassifierServing`` and written with
-``tf.saved_model.save(..., signatures={"serving_default": ...})``. It is loaded back with
+``save_serving_module`` (models/saved_model.py). It is loaded back with
 ``tf.saved_model.load`` (after ``import tensorflow_text``, as TF Serving has its ops) and
 called as ``signatures["serving_default"](sentence=<batch of strings>)`` on real SST-2
 sentences (data/demo/sst2/dev.tsv). Weights are random: latency does not depend on them.
@@ -97,7 +97,7 @@ def export_classifier(vocab_dir: str, preset: str, sequence_length: int, export_
     import tensorflow as tf
 
     from lmfactory import models
-    from lmfactory.components.trainer.serving import SERVING_SIGNATURE, ClassifierServing
+    from lmfactory.components.trainer.serving import ClassifierServing, save_serving_module
     from lmfactory.models.classifier_preprocessor import classifier_preprocessor
 
     keras.utils.set_random_seed(0)
@@ -106,7 +106,7 @@ def export_classifier(vocab_dir: str, preset: str, sequence_length: int, export_
                             vocabulary_size=preprocessor.tokenizer.vocabulary_size())
     model = models.get("bert").head("classification")(backbone, num_classes=2)
     module = ClassifierServing(preprocessor, model, ["sentence"])
-    tf.saved_model.save(module, export_dir, signatures={SERVING_SIGNATURE: module.signature()})
+    save_serving_module(module, export_dir)
     return model, preprocessor, model.count_params()
 
 

@@ -19,10 +19,13 @@ import shutil
 import tempfile
 
 import keras
+import numpy as np
+import tensorflow as tf
 
 from lmfactory import models
 from lmfactory.components import tasks as task_kinds
 from lmfactory.components.trainer import export as export_lib
+from lmfactory.models.tokenizers import load_tokenizer
 from conformance import tiny
 
 SEQUENCE_LENGTH = 16
@@ -256,6 +259,75 @@ def _exported(architecture: str, kind: str, variant: str) -> tuple:
                                     preprocessor=preprocessor)
     return export_dir, model_config
 
+
+@functools.lru_cache(maxsize=None)
+def warmed(architecture: str, kind: str) -> str:
+    """The pair's SavedModel folder with TF Serving's warm-up requests written into it, as
+    the Trainer's export writes them (from three eval records of the kind, `eval_rows`)."""
+    export_dir, model_config = exported(architecture, kind)
+    pattern = write_records(os.path.join(_ROOT, f"{architecture}_{kind}_eval"),
+                            eval_rows(kind, architecture))
+    summary = export_lib.write_warmup(export_dir, pattern, model_config,
+                                      vocabulary(architecture))
+    assert summary and not summary["skipped"], (architecture, kind, summary)
+    return export_dir
+
+
+# --------------------------------------------------------------------- eval records
+
+SENTENCES = ["the quick brown fox jumps over the lazy dog .",
+             "paris is the capital of france .",
+             "the film was a delight from start to finish ."]
+
+
+def _feature(values):
+    if isinstance(values[0], str):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[v.encode("utf-8") for v in values]))
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+
+def write_records(folder, rows) -> str:
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "data_tfrecord-00000-of-00001.gz")
+    with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+        for row in rows:
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                name: _feature(values) for name, values in row.items()})).SerializeToString())
+    return os.path.join(folder, "*")
+
+
+def eval_rows(kind: str, architecture: str) -> list:
+    """Three eval records in the kind's format (CONTRACTS §1 / §3)."""
+    if kind == "classification":
+        return [{"sentence1": [s], "sentence2": [s[::-1]], "label": [i % 2]}
+                for i, s in enumerate(SENTENCES)]
+    if kind == "relation_classification":  # the sentence and its two entities' mentions
+        return [{"text": [s], "head": [s.split()[0]], "tail": [s.split()[-1]],
+                 "relation": ["/location/contains"]} for s in SENTENCES]
+    if kind == "entity_typing":  # the sentence, one entity's mention and its types
+        return [{"text": [s], "mention": [s.split()[0]], "types": ["location film"]}
+                for s in SENTENCES]
+    if kind == "tagging":
+        return [{"tokens": s.split(), "tags": ["O"] * len(s.split())} for s in SENTENCES]
+    if kind == "span_qa":
+        return [{"id": [str(i)], "title": ["t"], "question": ["what is the capital ?"],
+                 "context": [s], "answers": [s.split()[0]], "answer_starts": [0],
+                 "is_impossible": [0]} for i, s in enumerate(SENTENCES)]
+    if kind == "multiple_choice":
+        return [{"id": [str(i)], "context": [s], "label": [1],
+                 "choices": s.split()[:NUM_CHOICES]}
+                for i, s in enumerate(SENTENCES)]
+    if kind == "translation":
+        return [{"source": [s], "target": [s]} for s in SENTENCES]
+    if kind == "text_to_text":
+        return [{"sentence": [s], "label": [1]} for s in SENTENCES]
+    tokenizer = load_tokenizer(vocabulary(architecture))
+    ids = [[int(i) for i in np.ravel(tokenizer(s).numpy())] for s in SENTENCES]
+    if kind == "word_vectors":  # skipgram records: a centre word and its context
+        return [{"centre_id": row[1:2], "context_ids": row[:1] + row[2:3],
+                 "context_mask": [1, 1]} for row in ids]
+    return [{"input_ids": (row * 3)[:12]} for row in ids]  # causal_lm blocks
 
 
 def example_case(kind: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from lmfactory import models
-from lmfactory.components.pusher import op_audit
+from lmfactory.components.pusher import loader_check, op_audit
 import serving_models
 
 CASES = serving_models.serving_cases()
@@ -122,3 +122,27 @@ def test_every_op_of_every_pushed_model_is_served(architecture):
     assert found, f"{architecture}: no servable task kind was exported"
     assert not any(found.values()), f"{architecture}: ops TF Serving " \
         f"{op_audit.TF_SERVING_VERSION} cannot run: {found}"
+
+
+# The same pairs through the model server's loader (components/pusher/loader_check.py).
+@pytest.mark.parametrize("architecture", sorted(models.names()))
+def test_every_pushed_model_serves_in_the_c_api_loader(architecture):
+    """Each audited pair, with its warm-up requests, loads through TensorFlow's C API in a
+    process without TensorFlow's Python package, and every signature's outputs on those
+    requests equal Python's."""
+    reports = {}
+    for name, kind in audited():
+        if name != architecture:
+            continue
+        export_dir = serving_models.warmed(name, kind)
+        report = loader_check.check_saved_model(export_dir, serving_models.loaded(export_dir))
+        assert report.checks, f"{name}/{kind}: no warm-up request was run"
+        reports[kind] = report
+    assert reports, f"{architecture}: no servable task kind was exported"
+    problems = {kind: report.problems for kind, report in reports.items() if report.problems}
+    assert not problems, f"{architecture}: TF Serving's loader fails: {problems}"
+    for kind, report in reports.items():
+        print(architecture, kind, f"load {report.load_seconds:.2f}s", "; ".join(
+            f"{c.signature}: max |diff| {c.max_abs_diff:.2g}"
+            f"{' sampled ' + '/'.join(c.sampled) if c.sampled else ''}"
+            for c in report.checks))

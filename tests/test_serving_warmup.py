@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 
-import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the SavedModels' tokenizer ops)
@@ -19,64 +18,8 @@ from tfx.types import standard_artifacts
 from lmfactory.components.pusher import executor as pusher
 from lmfactory.components.pusher import warmup
 from lmfactory.components.trainer import export as export_lib
-from lmfactory.models.tokenizers import load_tokenizer
 
 import serving_models
-
-SENTENCES = ["the quick brown fox jumps over the lazy dog .",
-             "paris is the capital of france .",
-             "the film was a delight from start to finish ."]
-
-
-def _feature(values):
-    if isinstance(values[0], str):
-        return tf.train.Feature(bytes_list=tf.train.BytesList(
-            value=[v.encode("utf-8") for v in values]))
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-
-
-def _write_records(folder, rows) -> str:
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "data_tfrecord-00000-of-00001.gz")
-    with tf.io.TFRecordWriter(path, options="GZIP") as writer:
-        for row in rows:
-            writer.write(tf.train.Example(features=tf.train.Features(feature={
-                name: _feature(values) for name, values in row.items()})).SerializeToString())
-    return os.path.join(folder, "*")
-
-
-def _eval_rows(kind: str, architecture: str) -> list:
-    """Three eval records in the kind's format (CONTRACTS §1 / §3)."""
-    if kind == "classification":
-        return [{"sentence1": [s], "sentence2": [s[::-1]], "label": [i % 2]}
-                for i, s in enumerate(SENTENCES)]
-    if kind == "relation_classification":  # the sentence and its two entities' mentions
-        return [{"text": [s], "head": [s.split()[0]], "tail": [s.split()[-1]],
-                 "relation": ["/location/contains"]} for s in SENTENCES]
-    if kind == "entity_typing":  # the sentence, one entity's mention and its types
-        return [{"text": [s], "mention": [s.split()[0]], "types": ["location film"]}
-                for s in SENTENCES]
-    if kind == "tagging":
-        return [{"tokens": s.split(), "tags": ["O"] * len(s.split())} for s in SENTENCES]
-    if kind == "span_qa":
-        return [{"id": [str(i)], "title": ["t"], "question": ["what is the capital ?"],
-                 "context": [s], "answers": [s.split()[0]], "answer_starts": [0],
-                 "is_impossible": [0]} for i, s in enumerate(SENTENCES)]
-    if kind == "multiple_choice":
-        return [{"id": [str(i)], "context": [s], "label": [1],
-                 "choices": s.split()[:serving_models.NUM_CHOICES]}
-                for i, s in enumerate(SENTENCES)]
-    if kind == "translation":
-        return [{"source": [s], "target": [s]} for s in SENTENCES]
-    if kind == "text_to_text":
-        return [{"sentence": [s], "label": [1]} for s in SENTENCES]
-    tokenizer = load_tokenizer(serving_models.vocabulary(architecture))
-    ids = [[int(i) for i in np.ravel(tokenizer(s).numpy())] for s in SENTENCES]
-    if kind == "word_vectors":  # skipgram records: a centre word and its context
-        return [{"centre_id": row[1:2], "context_ids": row[:1] + row[2:3],
-                 "context_mask": [1, 1]} for row in ids]
-    return [{"input_ids": (row * 3)[:12]} for row in ids]  # causal_lm blocks
-
 
 KINDS = sorted({kind for _, kind in serving_models.serving_cases()})
 
@@ -87,7 +30,7 @@ def test_warmup_requests_parse_and_run_through_every_signature(kind, tmp_path):
     export_dir, model_config = serving_models.exported(architecture, kind)
     model_dir = str(tmp_path / "Format-Serving")
     shutil.copytree(export_dir, model_dir)
-    pattern = _write_records(str(tmp_path / "Split-eval"), _eval_rows(kind, architecture))
+    pattern = serving_models.write_records(str(tmp_path / "Split-eval"), serving_models.eval_rows(kind, architecture))
     summary = export_lib.write_warmup(model_dir, pattern, model_config,
                                       serving_models.vocabulary(architecture))
     loaded = serving_models.loaded(export_dir)  # the same graph (the copy adds assets)
@@ -113,8 +56,8 @@ def test_records_without_the_inputs_give_no_requests_and_a_reason(tmp_path, capl
     export_dir, model_config = serving_models.exported(architecture, "span_qa")
     model_dir = str(tmp_path / "Format-Serving")
     shutil.copytree(export_dir, model_dir)
-    pattern = _write_records(str(tmp_path / "Split-eval"),
-                             [{"sentence": [s]} for s in SENTENCES])
+    pattern = serving_models.write_records(str(tmp_path / "Split-eval"),
+                             [{"sentence": [s]} for s in serving_models.SENTENCES])
     summary = warmup.write_warmup_requests(model_dir, pattern, model_config)
     reason = summary["skipped"]["serving_default"]
     assert summary["requests"] == 0 and "No warm-up value for input" in reason
@@ -146,8 +89,8 @@ def test_pusher_pushes_warmup_and_refuses_unservable_models(tmp_path):
     export_dir, model_config = serving_models.exported(architecture, "classification")
     model_dir = tmp_path / "model" / "Format-Serving"
     shutil.copytree(export_dir, model_dir)
-    pattern = _write_records(str(tmp_path / "Split-eval"),
-                             _eval_rows("classification", architecture))
+    pattern = serving_models.write_records(str(tmp_path / "Split-eval"),
+                             serving_models.eval_rows("classification", architecture))
     export_lib.write_warmup(str(model_dir), pattern, model_config, None)
     pushed = _push(tmp_path, tmp_path / "model")
     version = pushed.get_string_custom_property("pushed_version")

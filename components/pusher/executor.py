@@ -19,7 +19,12 @@ be one the model server links (op_audit.py: TensorFlow's core ops and tensorflow
 a model holding another op, or a Python callback, is refused with a one-line error naming
 the ops, since the server could not load it), and a model without warm-up requests
 (``assets.extra/tf_serving_warmup_requests``, written by the Trainer's export, warmup.py)
-is pushed with a warning.
+is pushed with a warning. Then the model server's own loader is tried (loader_check.py:
+TensorFlow's C API loads the model in a process without TensorFlow's Python package and
+runs every warm-up request by the SignatureDefs' tensor names, the outputs compared with
+Python's); a model it cannot load or run is refused with a one-line error naming the
+signature. This is what TFX's InfraValidator does with a real model server, which needs
+Docker or Kubernetes.
 
 Only the ``filesystem`` destination is supported, as with the stock executor.
 """
@@ -42,10 +47,12 @@ STAGING_SUFFIX = ".incomplete"
 
 
 def check_servable(model_path: str) -> None:
-    """Raises ValueError when the SavedModel holds ops TF Serving cannot run; warns when it
-    has no warm-up requests. The op set cannot be listed without tensorflow_text: then
+    """Raises ValueError when the SavedModel holds ops TF Serving cannot run, or when TF
+    Serving's loader (the C API, loader_check.py) cannot load it or run one of its warm-up
+    requests to Python's outputs; warns when it has no warm-up requests. The op set cannot
+    be listed without tensorflow_text, nor the loader run without the C API library: then
     only a warning."""
-    from lmfactory.components.pusher import op_audit, warmup
+    from lmfactory.components.pusher import loader_check, op_audit, warmup
 
     try:
         problems = op_audit.audit_saved_model(model_path)
@@ -59,6 +66,10 @@ def check_servable(model_path: str) -> None:
     if not fileio.exists(warmup.warmup_path(model_path)):
         logging.warning("Pusher: %s has no %s/%s; TF Serving will load it without warm-up",
                         model_path, warmup.ASSETS_EXTRA, warmup.WARMUP_FILE)
+    try:
+        loader_check.check_before_push(model_path)
+    except RuntimeError as error:
+        logging.warning("Pusher: TF Serving's loader not tried on %s: %s", model_path, error)
 
 
 def directory_digest(path: str) -> str:

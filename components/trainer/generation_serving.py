@@ -47,6 +47,7 @@ import logging
 import keras_nlp
 import tensorflow as tf
 
+from lmfactory.models import saved_model
 from lmfactory.models.tokenizers import load_tokenizer, read_tokenizer_config
 
 SERVING_SIGNATURE = "serving_default"
@@ -336,7 +337,7 @@ def export_generator(causal_lm, vocab_dir: str, model_config: dict, export_dir: 
                          f"causal-LM serving needs (prompt start and stop token)")
     module = GeneratorServing(load_tokenizer(vocab_dir), causal_lm,
                               model_config.get("generation"), end_of_text)
-    tf.saved_model.save(module, export_dir, signatures=module.signatures())
+    saved_model.save(module, export_dir, module.signatures())
     logging.info("Exported %s SavedModel to %s", type(module).__name__, export_dir)
 
 

@@ -14,6 +14,7 @@ import logging
 
 import tensorflow as tf
 
+from lmfactory.models import saved_model
 from lmfactory.models.encoder_utils import model_inputs
 
 SERVING_SIGNATURE = "serving_default"
@@ -87,7 +88,7 @@ def export_multiple_choice_model(model, preprocessor, export_dir: str,
     """Writes the serving SavedModel of ``model`` (a `MultipleChoice`, or GPT-1's classifier
     with ``num_choices``) with ``preprocessor`` to ``export_dir``."""
     module = MultipleChoiceServing(preprocessor, model, num_choices)
-    tf.saved_model.save(module, export_dir, signatures={SERVING_SIGNATURE: module.signature()})
+    saved_model.save(module, export_dir, {SERVING_SIGNATURE: module.signature()})
     logging.info("Exported MultipleChoiceServing SavedModel to %s", export_dir)
 
 

@@ -1,8 +1,8 @@
 """The serving modules of the SavedModel TF Serving loads: raw UTF-8 strings in, predictions out.
 
 Tokenization runs inside the graph. The tokenizer, packer and Keras model are attributes of a
-``tf.Module``, so ``tf.saved_model.save`` tracks every lookup table and vocabulary constant
-they own (the "untracked resource" export failure of keras-hub issues #2015 / #1629 comes from
+``tf.Module``, so ``models/saved_model.save`` finds every variable, lookup table and
+vocabulary asset they own (the "untracked resource" export failure of keras-hub issues #2015 / #1629 comes from
 tracing a tokenizer that no saved object owns). Loading needs ``import tensorflow_text`` for
 its ops (TF Serving builds include them).
 """
@@ -14,6 +14,7 @@ import os
 
 import tensorflow as tf
 
+from lmfactory.models import saved_model
 from lmfactory.models.classifier_preprocessor import select_inputs
 
 SERVING_SIGNATURE = "serving_default"
@@ -141,5 +142,5 @@ class EncoderServing(tf.Module):
 
 def save_serving_module(module, export_dir: str) -> None:
     """Saves a serving ``tf.Module`` whose ``signature()`` is its ``serving_default``."""
-    tf.saved_model.save(module, export_dir, signatures={SERVING_SIGNATURE: module.signature()})
+    saved_model.save(module, export_dir, {SERVING_SIGNATURE: module.signature()})
     logging.info("Exported %s SavedModel to %s", type(module).__name__, export_dir)

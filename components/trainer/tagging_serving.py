@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from lmfactory.models import saved_model
 from lmfactory.models.tasks.ner_training import predict_word_label_ids
 
 SERVING_SIGNATURE = "serving_default"
@@ -65,7 +66,7 @@ class TaggerServing(tf.Module):
 def export_tagger(preprocessor, model, export_dir: str) -> None:
     """Writes the tagger SavedModel with its ``serving_default`` signature."""
     module = TaggerServing(preprocessor, model)
-    tf.saved_model.save(module, export_dir, signatures={SERVING_SIGNATURE: module.signature()})
+    saved_model.save(module, export_dir, {SERVING_SIGNATURE: module.signature()})
 
 
 __all__ = ["SERVING_SIGNATURE", "TaggerServing", "export_tagger", "predict_word_label_ids"]

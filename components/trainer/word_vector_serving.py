@@ -23,6 +23,7 @@ import logging
 import numpy as np
 import tensorflow as tf
 
+from lmfactory.models import saved_model
 from lmfactory.components.trainer.serving import (SERVING_SIGNATURE, _check_batch_of_strings,
                                                   _string_batch_spec)
 
@@ -92,7 +93,7 @@ class WordVectorServing(tf.Module):
 
 
 def save_word_vectors(module: WordVectorServing, export_dir: str) -> None:
-    tf.saved_model.save(module, export_dir, signatures=module.signatures())
+    saved_model.save(module, export_dir, module.signatures())
     logging.info("Exported word vectors (%s) to %s", ", ".join(module.signatures()),
                  export_dir)
 

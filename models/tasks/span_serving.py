@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from lmfactory.models import saved_model
 from lmfactory.models.tasks.span_decoding import MAX_ANSWER_LENGTH, N_BEST_SIZE, decode_graph
 
 
@@ -56,8 +57,7 @@ def export(preprocessor, model, path: str, null_threshold: float | None = None,
            n_best_size: int = N_BEST_SIZE, max_answer_length: int = MAX_ANSWER_LENGTH) -> str:
     """Writes the SavedModel of `SpanServing` to ``path`` (signature ``serving_default``)."""
     module = SpanServing(preprocessor, model, null_threshold, n_best_size, max_answer_length)
-    tf.saved_model.save(module, path,
-                        signatures={"serving_default": module.serving_default})
+    saved_model.save(module, path, {"serving_default": module.serving_default})
     return path
 
 

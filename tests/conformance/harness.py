@@ -52,7 +52,8 @@ word's vector does not depend on its neighbours).
   when the task model needs one, is built from another registered architecture with the
   same tokenizer kind); the classification head likewise on labels [B].
 * ``export``: the backbone in a `tf.Module` with a ``tf.function`` serving signature,
-  ``tf.saved_model.save``d and reloaded, gives the Keras outputs (1e-5).
+  saved with ``models/saved_model.save``, gives the Keras outputs (1e-5) both through
+  ``tf.saved_model.load`` and run in a Session from the MetaGraph, as TF Serving loads it.
 * ``generation``: every architecture with a ``causal_lm`` head (a ``seq2seq_lm`` head for an
   encoder-decoder, with the source in ``state_context``): greedy ``generate_ids`` of a
   2-token prompt (1-token for seq2seq) to length 6 is deterministic, starts with the prompt
@@ -72,6 +73,7 @@ import numpy as np
 import tensorflow as tf
 
 from lmfactory import models
+from lmfactory.models import saved_model
 
 from .tiny import (  # noqa: F401 (re-exported: the harness's interface)
     BATCH, CHARACTER_IDS, DEFAULT_CHARACTERS_PER_TOKEN, ENCODER_DECODER_INPUTS, EXPORT_ATOL,
@@ -371,15 +373,28 @@ def check_export(name, tmp_path, backbone=None):
     expected = to_numpy(backbone(inputs, training=False))
     path = os.path.join(os.fspath(tmp_path), f"{name}_saved_model")
     module = serving_module(backbone)
-    tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
+    saved_model.save(module, path, {"serving_default": module.serve})
     reloaded = tf.saved_model.load(path)
     tensors = {key: tf.constant(value) for key, value in inputs.items()}
-    served = to_numpy(reloaded.serve(tensors))
+    served = to_numpy(reloaded.signatures["serving_default"](**tensors))
     assert set(served) == set(expected), (name, sorted(served), sorted(expected))
-    assert_outputs_close(expected, served, atol=EXPORT_ATOL, what=f"{name} SavedModel")
-    by_signature = to_numpy(reloaded.signatures["serving_default"](**tensors))
-    assert_outputs_close(expected, by_signature, atol=EXPORT_ATOL,
-                         what=f"{name} serving_default")
+    assert_outputs_close(expected, served, atol=EXPORT_ATOL, what=f"{name} serving_default")
+    in_session = run_in_session(path, "serving_default", inputs)
+    assert_outputs_close(expected, in_session, atol=EXPORT_ATOL,
+                         what=f"{name} serving_default in a Session (TF Serving's loader path)")
+
+
+def run_in_session(path, signature_name, inputs):
+    """Runs a signature as TF Serving does: the MetaGraph imported into a fresh graph, the
+    variables restored by the saver's restore op, the SignatureDef run by tensor names."""
+    graph = tf.Graph()
+    with tf.compat.v1.Session(graph=graph) as session:
+        meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+        signature = meta_graph.signature_def[signature_name]
+        feeds = {signature.inputs[key].name: value for key, value in inputs.items()}
+        names = sorted(signature.outputs)
+        values = session.run([signature.outputs[key].name for key in names], feeds)
+    return dict(zip(names, values))
 
 
 def generation_kind(name):
