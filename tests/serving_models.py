@@ -262,15 +262,18 @@ def _exported(architecture: str, kind: str, variant: str) -> tuple:
 
 @functools.lru_cache(maxsize=None)
 def warmed(architecture: str, kind: str) -> str:
-    """The pair's SavedModel folder with TF Serving's warm-up requests written into it, as
-    the Trainer's export writes them (from three eval records of the kind, `eval_rows`)."""
+    """A copy of the pair's SavedModel folder with TF Serving's warm-up requests written into
+    it, as the Trainer's export writes them (from three eval records of the kind,
+    `eval_rows`). The graph is the export's: `loaded` of the export serves for both."""
     export_dir, model_config = exported(architecture, kind)
+    warmed_dir = os.path.join(_ROOT, f"{architecture}_{kind}_warmed", "Format-Serving")
+    shutil.copytree(export_dir, warmed_dir)
     pattern = write_records(os.path.join(_ROOT, f"{architecture}_{kind}_eval"),
                             eval_rows(kind, architecture))
-    summary = export_lib.write_warmup(export_dir, pattern, model_config,
+    summary = export_lib.write_warmup(warmed_dir, pattern, model_config,
                                       vocabulary(architecture))
     assert summary and not summary["skipped"], (architecture, kind, summary)
-    return export_dir
+    return warmed_dir
 
 
 # --------------------------------------------------------------------- eval records
@@ -299,8 +302,8 @@ def write_records(folder, rows) -> str:
 
 def eval_rows(kind: str, architecture: str) -> list:
     """Three eval records in the kind's format (CONTRACTS §1 / §3)."""
-    if kind == "classification":
-        return [{"sentence1": [s], "sentence2": [s[::-1]], "label": [i % 2]}
+    if kind == "classification":  # single-sentence models read "sentence", pair ones both
+        return [{"sentence": [s], "sentence1": [s], "sentence2": [s[::-1]], "label": [i % 2]}
                 for i, s in enumerate(SENTENCES)]
     if kind == "relation_classification":  # the sentence and its two entities' mentions
         return [{"text": [s], "head": [s.split()[0]], "tail": [s.split()[-1]],

@@ -134,8 +134,9 @@ def test_every_pushed_model_serves_in_the_c_api_loader(architecture):
     for name, kind in audited():
         if name != architecture:
             continue
-        export_dir = serving_models.warmed(name, kind)
-        report = loader_check.check_saved_model(export_dir, serving_models.loaded(export_dir))
+        export_dir, _ = serving_models.exported(name, kind)
+        report = loader_check.check_saved_model(serving_models.warmed(name, kind),
+                                                serving_models.loaded(export_dir))
         assert report.checks, f"{name}/{kind}: no warm-up request was run"
         reports[kind] = report
     assert reports, f"{architecture}: no servable task kind was exported"

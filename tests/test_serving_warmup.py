@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the SavedModels' tokenizer ops)
@@ -109,3 +110,35 @@ def test_pusher_pushes_warmup_and_refuses_unservable_models(tmp_path):
     with pytest.raises(ValueError, match="EagerPyFunc is a Python callback"):
         _push(tmp_path, tmp_path / "py")
     assert os.listdir(tmp_path / "serving") == [version]  # nothing of it was pushed
+
+
+def test_pusher_refuses_a_model_the_c_api_loader_cannot_run(tmp_path):
+    """A Keras 3 model saved as an attribute of a plain tf.Module serves in Python but not in
+    TF Serving's loader (the restore op fills other variables than the signature reads); the
+    Pusher tries the loader, names the signature and pushes nothing."""
+    import keras
+
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Dense(2, name="logits")(inputs))
+
+    class Wrapped(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def serve(self, x):
+            return {"logits": self.model(x)}
+
+    module = Wrapped()
+    model_dir = str(tmp_path / "keras" / "Format-Serving")
+    tf.saved_model.save(module, model_dir, signatures={"serving_default": module.serve})
+    request = warmup.predict_request("serving_default", {"x": np.ones((2, 3), np.float32)})
+    os.makedirs(os.path.dirname(warmup.warmup_path(model_dir)))
+    with tf.io.TFRecordWriter(warmup.warmup_path(model_dir)) as writer:
+        writer.write(prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(
+            request=request)).SerializeToString())
+    with pytest.raises(ValueError, match=r"does not serve in TF Serving's loader .* signature "
+                                         r"serving_default: .*Could not find variable"):
+        _push(tmp_path, tmp_path / "keras")
+    assert not os.path.exists(tmp_path / "serving")

@@ -330,6 +330,22 @@ def render() -> str:
         "signature at export (components/pusher/warmup.py). The model server replays them "
         "when it loads a version, before the version takes traffic.",
         "",
+        "Before a push, the Pusher loads the model the way the model server does: "
+        "TensorFlow's C API (`TF_LoadSessionFromSavedModel`, then `TF_SessionRun` by the "
+        "SignatureDefs' tensor names) in a process without TensorFlow's Python package, "
+        "tensorflow_text's kernels registered with `TF_LoadLibrary`. Every warm-up request "
+        "runs there and its outputs must equal Python's; a model that fails is refused in "
+        "one line naming the signature (components/pusher/loader_check.py, the job TFX's "
+        "InfraValidator does with a real server in Docker). `saved_model_cli run` takes the "
+        "same path:",
+        "",
+        "```sh",
+        "python -c 'import sys, tensorflow_text; from tensorflow.python.tools import "
+        "saved_model_cli; sys.argv[0] = \"saved_model_cli\"; saved_model_cli.main()' \\",
+        "  run --dir runs/bert_tiny_sst2/serving/bert_tiny_sst2/<version> --tag_set serve \\",
+        "  --signature_def serving_default --input_exprs 'sentence=[\"a gorgeous, witty film\"]'",
+        "```",
+        "",
         "## Running the model server",
         "",
         "One model, its pushed versions (the newest is served):",
