@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from lmfactory import models
 from lmfactory.components import tasks as task_kinds
+from lmfactory.components.pusher import warmup
 from lmfactory.components.trainer import export as export_lib
 from lmfactory.models.tokenizers import load_tokenizer
 from conformance import tiny
@@ -270,8 +271,8 @@ def warmed(architecture: str, kind: str) -> str:
     shutil.copytree(export_dir, warmed_dir)
     pattern = write_records(os.path.join(_ROOT, f"{architecture}_{kind}_eval"),
                             eval_rows(kind, architecture))
-    summary = export_lib.write_warmup(warmed_dir, pattern, model_config,
-                                      vocabulary(architecture))
+    summary = warmup.write_warmup_requests(warmed_dir, pattern, model_config,
+                                           vocabulary(architecture), loaded=loaded(export_dir))
     assert summary and not summary["skipped"], (architecture, kind, summary)
     return warmed_dir
 

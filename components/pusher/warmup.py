@@ -195,16 +195,18 @@ def read_warmup_requests(export_dir: str) -> list:
 
 
 def write_warmup_requests(export_dir: str, file_pattern: str, model_config: dict,
-                          vocab_dir: str | None = None, count: int = DEFAULT_COUNT) -> dict:
+                          vocab_dir: str | None = None, count: int = DEFAULT_COUNT,
+                          loaded=None) -> dict:
     """Writes the warm-up file of the SavedModel in ``export_dir``: one request per
     signature, built from the first ``count`` records of ``file_pattern``, each checked
-    against the loaded signature. Returns ``{"requests": n, "signatures": [...],
+    against the loaded signature (``loaded``: the model already loaded by
+    ``tf.saved_model.load``, if any). Returns ``{"requests": n, "signatures": [...],
     "skipped": {signature: reason}}``; writes nothing when no request is usable."""
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
     from tensorflow_serving.apis import prediction_log_pb2
 
     examples = read_examples(file_pattern, count)
-    loaded = tf.saved_model.load(export_dir)
+    loaded = loaded if loaded is not None else tf.saved_model.load(export_dir)
     logs, skipped = [], {}
     for name in sorted(loaded.signatures):
         signature = loaded.signatures[name]
