@@ -14,9 +14,11 @@ from lmfactory.components.pusher import executor as pusher
 @pytest.fixture(autouse=True)
 def _byte_stand_ins(monkeypatch):
     """The models here are byte stand-ins for the copy's mechanics, not servable graphs:
-    the servability checks a push runs first (op audit, TF Serving's loader) are tested on
-    real exports in tests/test_serving_warmup.py."""
+    the servability checks a push runs first (op audit, TF Serving's loader) and the
+    batching file written after it are tested on real exports in
+    tests/test_serving_warmup.py."""
     monkeypatch.setattr(pusher, "check_servable", lambda model_path: None)
+    monkeypatch.setattr(pusher, "write_batching_file", lambda model_path, base: None)
 
 
 def _saved_model(folder, payload: bytes):

@@ -17,7 +17,7 @@ from tensorflow_serving.apis import prediction_log_pb2
 from tfx.types import standard_artifacts
 
 from lmfactory.components.pusher import executor as pusher
-from lmfactory.components.pusher import warmup
+from lmfactory.components.pusher import batching, loader_check, warmup
 from lmfactory.components.trainer import export as export_lib
 
 import serving_models
@@ -98,6 +98,10 @@ def test_pusher_pushes_warmup_and_refuses_unservable_models(tmp_path):
     pushed_dir = tmp_path / "serving" / version
     assert warmup.read_warmup_requests(str(pushed_dir))[0].model_spec.signature_name == \
         "serving_default"
+    # TF Serving's batching settings beside the versions: every input has a batch dimension
+    assert (tmp_path / "serving" / batching.FILE_NAME).read_text() == \
+        "max_batch_size { value: 32 }\nbatch_timeout_micros { value: 2000 }\n" \
+        "num_batch_threads { value: 4 }\nmax_enqueued_batches { value: 100 }\n"
 
     class WithPython(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
@@ -110,6 +114,21 @@ def test_pusher_pushes_warmup_and_refuses_unservable_models(tmp_path):
     with pytest.raises(ValueError, match="EagerPyFunc is a Python callback"):
         _push(tmp_path, tmp_path / "py")
     assert os.listdir(tmp_path / "serving") == [version]  # nothing of it was pushed
+
+
+def test_a_generator_with_scalar_settings_gets_no_batching_file(tmp_path):
+    """TF Serving batches every input along dimension 0: a generator's scalar settings have
+    none, so no batching file is written and the inputs are named."""
+    export_dir, _ = serving_models.exported(serving_models.example_case("language_model"),
+                                            "language_model")
+    signature_defs = loader_check.read_signature_defs(export_dir)
+    unbatchable = batching.unbatchable_inputs(signature_defs)
+    assert "serving_default.max_length" in unbatchable
+    assert not [name for name in unbatchable if name.startswith("generate_default.")]
+    assert batching.write_batching_parameters(str(tmp_path), signature_defs) is None
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(ValueError, match="max_batch_size must be a positive integer"):
+        batching.BatchingParameters(max_batch_size=0)
 
 
 def test_pusher_refuses_a_model_the_c_api_loader_cannot_run(tmp_path):

@@ -26,6 +26,9 @@ Python's); a model it cannot load or run is refused with a one-line error naming
 signature. This is what TFX's InfraValidator does with a real model server, which needs
 Docker or Kubernetes.
 
+After a push, ``<base>/batching_parameters.pbtxt`` holds TF Serving's batching settings
+for ``--enable_batching`` when every signature input has a batch dimension (batching.py).
+
 Only the ``filesystem`` destination is supported, as with the stock executor.
 """
 
@@ -70,6 +73,17 @@ def check_servable(model_path: str) -> None:
         loader_check.check_before_push(model_path)
     except RuntimeError as error:
         logging.warning("Pusher: TF Serving's loader not tried on %s: %s", model_path, error)
+
+
+def write_batching_file(model_path: str, base: str) -> None:
+    """``<base>/batching_parameters.pbtxt`` for TF Serving's ``--enable_batching``, when the
+    model's signatures can be batched (batching.py)."""
+    from lmfactory.components.pusher import batching, loader_check
+
+    path = batching.write_batching_parameters(base, loader_check.read_signature_defs(model_path))
+    if path:
+        logging.info("Pusher: TF Serving batching parameters in %s (--enable_batching "
+                     "--batching_parameters_file=%s)", path, path)
 
 
 def directory_digest(path: str) -> str:
@@ -138,6 +152,7 @@ class Executor(tfx_pusher.Executor):
         base = destination.filesystem.base_directory
         check_servable(model_path)
         version, _ = push_model(model_path, base)
+        write_batching_file(model_path, base)
         io_utils.copy_dir(model_path, model_push.uri)  # the artifact's archive copy
         self._MarkPushed(model_push, pushed_destination=os.path.join(base, version),
                          pushed_version=version)

@@ -80,7 +80,8 @@ def c_api_libraries() -> list:
     return paths
 
 
-def _signature_defs(export_dir: str) -> dict:
+def read_signature_defs(export_dir: str) -> dict:
+    """The SignatureDefs of the MetaGraph tagged ``serve``, read from saved_model.pb."""
     from tensorflow.python.saved_model import loader_impl
 
     saved_model = loader_impl.parse_saved_model(export_dir)
@@ -195,7 +196,7 @@ def check_saved_model(export_dir: str, loaded=None) -> LoaderReport:
 
     requests = (warmup.read_warmup_requests(export_dir)
                 if tf.io.gfile.exists(warmup.warmup_path(export_dir)) else [])
-    signature_defs = _signature_defs(export_dir)
+    signature_defs = read_signature_defs(export_dir)
     with tempfile.TemporaryDirectory(prefix="lmfactory_loader_check_") as folder:
         spec, result = run_c_api(export_dir, requests, signature_defs, folder)
         if not result["loaded"]:
@@ -242,4 +243,4 @@ def check_before_push(export_dir: str) -> None:
 
 
 __all__ = ["ATOL", "LoaderReport", "SignatureCheck", "c_api_libraries", "check_before_push",
-           "check_saved_model", "run_c_api"]
+           "check_saved_model", "read_signature_defs", "run_c_api"]

@@ -336,8 +336,8 @@ def render() -> str:
         "tensorflow_text's kernels registered with `TF_LoadLibrary`. Every warm-up request "
         "runs there and its outputs must equal Python's; a model that fails is refused in "
         "one line naming the signature (components/pusher/loader_check.py, the job TFX's "
-        "InfraValidator does with a real server in Docker). `saved_model_cli run` takes the "
-        "same path:",
+        "InfraValidator does with a real server in Docker). `saved_model_cli run` also loads "
+        "the MetaGraph into a Session and restores the variables with the saver's op:",
         "",
         "```sh",
         "python -c 'import sys, tensorflow_text; from tensorflow.python.tools import "
@@ -354,6 +354,19 @@ def render() -> str:
         f"docker run --rm -p {GRPC_PORT}:{GRPC_PORT} -p {REST_PORT}:{REST_PORT} \\",
         "  -v \"$PWD/runs/bert_tiny_sst2/serving/bert_tiny_sst2:/models/sst2\" \\",
         f"  -e MODEL_NAME=sst2 tensorflow/serving:{TF_SERVING_VERSION}",
+        "```",
+        "",
+        "Server-side batching: the Pusher writes `batching_parameters.pbtxt` beside the "
+        "versions of a model whose every signature input has a batch dimension (not a "
+        "generator's, whose settings are scalars; components/pusher/batching.py). With it the "
+        "server merges requests arriving within 2 ms into one run of up to 32 rows "
+        "(`num_batch_threads`: set it to the server's cores):",
+        "",
+        "```sh",
+        f"docker run --rm -p {GRPC_PORT}:{GRPC_PORT} -p {REST_PORT}:{REST_PORT} \\",
+        "  -v \"$PWD/runs/bert_tiny_sst2/serving/bert_tiny_sst2:/models/sst2\" \\",
+        f"  -e MODEL_NAME=sst2 tensorflow/serving:{TF_SERVING_VERSION} \\",
+        "  --enable_batching --batching_parameters_file=/models/sst2/batching_parameters.pbtxt",
         "```",
         "",
         "Several models and versions: mount the serving folder and give a `models.config` "
