@@ -113,20 +113,25 @@ def test_pusher_pushes_warmup_and_refuses_unservable_models(tmp_path):
                         signatures={"serving_default": module.serve})
     with pytest.raises(ValueError, match="EagerPyFunc is a Python callback"):
         _push(tmp_path, tmp_path / "py")
-    assert os.listdir(tmp_path / "serving") == [version]  # nothing of it was pushed
+    # nothing of the refused model was pushed: the first version and its batching file
+    assert sorted(os.listdir(tmp_path / "serving")) == [version, batching.FILE_NAME]
 
 
 def test_a_generator_with_scalar_settings_gets_no_batching_file(tmp_path):
     """TF Serving batches every input along dimension 0: a generator's scalar settings have
     none, so no batching file is written and the inputs are named."""
-    export_dir, _ = serving_models.exported(serving_models.example_case("language_model"),
-                                            "language_model")
+    architecture = serving_models.example_case("language_model")
+    export_dir = serving_models.warmed(architecture, "language_model")
     signature_defs = loader_check.read_signature_defs(export_dir)
-    unbatchable = batching.unbatchable_inputs(signature_defs)
+    requests = warmup.read_warmup_requests(export_dir)
+    unbatchable = batching.unbatchable_inputs(signature_defs, requests)
     assert "serving_default.max_length" in unbatchable
     assert not [name for name in unbatchable if name.startswith("generate_default.")]
-    assert batching.write_batching_parameters(str(tmp_path), signature_defs) is None
+    assert batching.write_batching_parameters(str(tmp_path), signature_defs, requests) is None
     assert os.listdir(tmp_path) == []
+    # without warm-up requests nothing shows how an unknown-rank input is sent
+    assert batching.unbatchable_inputs(signature_defs, []) == ["generate_default.*",
+                                                               "serving_default.*"]
     with pytest.raises(ValueError, match="max_batch_size must be a positive integer"):
         batching.BatchingParameters(max_batch_size=0)
 

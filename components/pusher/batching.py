@@ -54,24 +54,37 @@ class BatchingParameters:
                        for field in dataclasses.fields(self))
 
 
-def unbatchable_inputs(signature_defs: dict) -> list:
-    """``"<signature>.<input>"`` of every input without a dimension 0 to batch along (a
-    scalar, or a tensor of unknown rank)."""
+def unbatchable_inputs(signature_defs: dict, requests: list) -> list:
+    """``"<signature>.<input>"`` of every input without a dimension 0 to batch along: one
+    declared as a scalar, or sent as a scalar by the model's own warm-up ``requests`` (the
+    string inputs are declared with an unknown rank, so the declaration alone does not
+    tell). A signature without a warm-up request whose inputs are not all declared with a
+    dimension 0 is named ``"<signature>.*"``: nothing shows how it is called."""
+    sent = {}
+    for request in requests:
+        name = request.model_spec.signature_name or "serving_default"
+        sent.setdefault(name, {}).update(
+            {key: len(proto.tensor_shape.dim) for key, proto in request.inputs.items()})
     found = []
     for name, signature in sorted(signature_defs.items()):
-        for key, info in sorted(signature.inputs.items()):
-            shape = info.tensor_shape
-            if shape.unknown_rank or not shape.dim:
+        shapes = {key: info.tensor_shape for key, info in signature.inputs.items()}
+        if name not in sent and any(shape.unknown_rank for shape in shapes.values()):
+            found.append(f"{name}.*")
+            continue
+        for key, shape in sorted(shapes.items()):
+            declared_scalar = not shape.unknown_rank and not shape.dim
+            if declared_scalar or sent.get(name, {}).get(key, 1) == 0:
                 found.append(f"{name}.{key}")
     return found
 
 
-def write_batching_parameters(base: str, signature_defs: dict,
+def write_batching_parameters(base: str, signature_defs: dict, requests: list,
                               parameters: BatchingParameters = BatchingParameters()
                               ) -> str | None:
     """Writes ``<base>/batching_parameters.pbtxt`` (atomically) when every signature input
-    can be batched; returns its path, or None (logged) when the model cannot be batched."""
-    unbatchable = unbatchable_inputs(signature_defs)
+    can be batched (`unbatchable_inputs`); returns its path, or None (logged) when the
+    model cannot be batched."""
+    unbatchable = unbatchable_inputs(signature_defs, requests)
     if unbatchable:
         logging.info("Pusher: no %s for %s: TF Serving cannot batch the inputs %s (no "
                      "batch dimension)", FILE_NAME, base, ", ".join(unbatchable))

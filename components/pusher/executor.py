@@ -77,10 +77,13 @@ def check_servable(model_path: str) -> None:
 
 def write_batching_file(model_path: str, base: str) -> None:
     """``<base>/batching_parameters.pbtxt`` for TF Serving's ``--enable_batching``, when the
-    model's signatures can be batched (batching.py)."""
-    from lmfactory.components.pusher import batching, loader_check
+    model's signatures can be batched as its warm-up requests call them (batching.py)."""
+    from lmfactory.components.pusher import batching, loader_check, warmup
 
-    path = batching.write_batching_parameters(base, loader_check.read_signature_defs(model_path))
+    requests = (warmup.read_warmup_requests(model_path)
+                if fileio.exists(warmup.warmup_path(model_path)) else [])
+    path = batching.write_batching_parameters(
+        base, loader_check.read_signature_defs(model_path), requests)
     if path:
         logging.info("Pusher: TF Serving batching parameters in %s (--enable_batching "
                      "--batching_parameters_file=%s)", path, path)
