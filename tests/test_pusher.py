@@ -18,7 +18,7 @@ def _byte_stand_ins(monkeypatch):
     batching file written after it are tested on real exports in
     tests/test_serving_warmup.py."""
     monkeypatch.setattr(pusher, "check_servable", lambda model_path: None)
-    monkeypatch.setattr(pusher, "write_batching_file", lambda model_path, base: None)
+    monkeypatch.setattr(pusher, "write_batching_file", lambda base, interface: None)
 
 
 def _saved_model(folder, payload: bytes):

@@ -49,12 +49,12 @@ from tfx.utils import io_utils, proto_utils
 STAGING_SUFFIX = ".incomplete"
 
 
-def check_servable(model_path: str) -> None:
+def check_servable(model_path: str) -> tuple:
     """Raises ValueError when the SavedModel holds ops TF Serving cannot run, or when TF
     Serving's loader (the C API, loader_check.py) cannot load it or run one of its warm-up
     requests to Python's outputs; warns when it has no warm-up requests. The op set cannot
     be listed without tensorflow_text, nor the loader run without the C API library: then
-    only a warning."""
+    only a warning. Returns the model's SignatureDefs and warm-up requests, read once."""
     from lmfactory.components.pusher import loader_check, op_audit, warmup
 
     try:
@@ -66,24 +66,24 @@ def check_servable(model_path: str) -> None:
         raise ValueError(f"Pusher: {model_path} cannot be served by tensorflow/serving:"
                          f"{op_audit.TF_SERVING_VERSION}: " + "; ".join(
                              f"{op} is {reason}" for op, reason in problems.items()))
-    if not fileio.exists(warmup.warmup_path(model_path)):
+    interface = loader_check.read_interface(model_path)
+    if not interface[1]:
         logging.warning("Pusher: %s has no %s/%s; TF Serving will load it without warm-up",
                         model_path, warmup.ASSETS_EXTRA, warmup.WARMUP_FILE)
     try:
-        loader_check.check_before_push(model_path)
+        loader_check.check_before_push(model_path, interface)
     except RuntimeError as error:
         logging.warning("Pusher: TF Serving's loader not tried on %s: %s", model_path, error)
+    return interface
 
 
-def write_batching_file(model_path: str, base: str) -> None:
+def write_batching_file(base: str, interface: tuple) -> None:
     """``<base>/batching_parameters.pbtxt`` for TF Serving's ``--enable_batching``, when the
-    model's signatures can be batched as its warm-up requests call them (batching.py)."""
-    from lmfactory.components.pusher import batching, loader_check, warmup
+    model's signatures can be batched as its warm-up requests call them (batching.py);
+    ``interface``: the model's SignatureDefs and warm-up requests."""
+    from lmfactory.components.pusher import batching
 
-    requests = (warmup.read_warmup_requests(model_path)
-                if fileio.exists(warmup.warmup_path(model_path)) else [])
-    path = batching.write_batching_parameters(
-        base, loader_check.read_signature_defs(model_path), requests)
+    path = batching.write_batching_parameters(base, *interface)
     if path:
         logging.info("Pusher: TF Serving batching parameters in %s (--enable_batching "
                      "--batching_parameters_file=%s)", path, path)
@@ -153,9 +153,9 @@ class Executor(tfx_pusher.Executor):
             raise ValueError(f"Pusher: only a filesystem destination is supported, got "
                              f"{destination.WhichOneof('destination')!r}")
         base = destination.filesystem.base_directory
-        check_servable(model_path)
+        interface = check_servable(model_path)
         version, _ = push_model(model_path, base)
-        write_batching_file(model_path, base)
+        write_batching_file(base, interface)
         io_utils.copy_dir(model_path, model_push.uri)  # the artifact's archive copy
         self._MarkPushed(model_push, pushed_destination=os.path.join(base, version),
                          pushed_version=version)

@@ -168,18 +168,16 @@ def _python_outputs(signature, request) -> dict:
 
 def _compare(key: str, served: np.ndarray, first: np.ndarray, second: np.ndarray,
              sampled: list) -> tuple:
-    """``(error or None, max abs diff)`` of the served output against Python's."""
+    """``(error or None, max abs diff)`` of the served output against Python's; an output
+    Python's two calls disagree on is a sampler's draw, appended to ``sampled``."""
     if served.shape != first.shape:
         return f"output {key} has shape {served.shape}, Python gives {first.shape}", 0.0
-    if first.dtype == object:
-        if not np.array_equal(first, second):
-            sampled.append(key)
-            return None, 0.0
-        equal = np.array_equal(served.astype(object), first)
-        return (None if equal else f"output {key} differs from Python's"), 0.0
     if not np.array_equal(first, second):
         sampled.append(key)
         return None, 0.0
+    if first.dtype == object:
+        equal = np.array_equal(served.astype(object), first)
+        return (None if equal else f"output {key} differs from Python's"), 0.0
     if first.size == 0:
         return None, 0.0
     diff = float(np.max(np.abs(served.astype(np.float64) - first.astype(np.float64))))
@@ -188,15 +186,23 @@ def _compare(key: str, served: np.ndarray, first: np.ndarray, second: np.ndarray
     return None, diff
 
 
-def check_saved_model(export_dir: str, loaded=None) -> LoaderReport:
-    """Loads ``export_dir`` through the C API and runs its warm-up requests (module
-    docstring). ``loaded``: the model already loaded by ``tf.saved_model.load``, if any.
-    RuntimeError when the C API cannot be run at all (no library, the runner crashed)."""
-    import tensorflow_text  # noqa: F401  (the Python side's tokenizer ops)
-
+def read_interface(export_dir: str) -> tuple:
+    """``(SignatureDefs, warm-up PredictRequests)`` of the SavedModel: how it is called
+    (no requests when it has no warm-up file)."""
     requests = (warmup.read_warmup_requests(export_dir)
                 if tf.io.gfile.exists(warmup.warmup_path(export_dir)) else [])
-    signature_defs = read_signature_defs(export_dir)
+    return read_signature_defs(export_dir), requests
+
+
+def check_saved_model(export_dir: str, loaded=None, interface: tuple | None = None
+                      ) -> LoaderReport:
+    """Loads ``export_dir`` through the C API and runs its warm-up requests (module
+    docstring). ``loaded``: the model already loaded by ``tf.saved_model.load``, if any;
+    ``interface``: `read_interface` of it, if already read. RuntimeError when the C API
+    cannot be run at all (no library, the runner crashed)."""
+    import tensorflow_text  # noqa: F401  (the Python side's tokenizer ops)
+
+    signature_defs, requests = interface or read_interface(export_dir)
     with tempfile.TemporaryDirectory(prefix="lmfactory_loader_check_") as folder:
         spec, result = run_c_api(export_dir, requests, signature_defs, folder)
         if not result["loaded"]:
@@ -227,10 +233,10 @@ def _check_run(run: dict, served: dict, request, signature, folder: str) -> Sign
                           served["seconds"])
 
 
-def check_before_push(export_dir: str) -> None:
+def check_before_push(export_dir: str, interface: tuple | None = None) -> None:
     """Raises ValueError, in one line naming the signature and the error, when the model
     server's loader cannot serve ``export_dir``; logs the check's figures otherwise."""
-    report = check_saved_model(export_dir)
+    report = check_saved_model(export_dir, interface=interface)
     if report.problems:
         name, error = next(iter(report.problems.items()))
         raise ValueError(f"Pusher: {export_dir} does not serve in TF Serving's loader (the C "
@@ -243,4 +249,4 @@ def check_before_push(export_dir: str) -> None:
 
 
 __all__ = ["ATOL", "LoaderReport", "SignatureCheck", "c_api_libraries", "check_before_push",
-           "check_saved_model", "read_signature_defs", "run_c_api"]
+           "check_saved_model", "read_interface", "read_signature_defs", "run_c_api"]
