@@ -114,6 +114,24 @@ def fit_checkpointed(task_model, train_data, eval_data, settings: FitSettings,
             tf.io.gfile.rmtree(work_dir)
 
 
+def build_optimizer(task_model) -> None:
+    """Creates the optimizer's slot variables before the train step is traced.
+
+    Under the default strategy Keras defers this to the first trace of the train function,
+    and a ``tf.function`` whose first trace creates variables is traced twice (once lifting
+    the variables' initializers out of the graph, once more without variable creation): the
+    whole train step, model, loss and update, is built a second time, and every slot
+    variable is created through the initializer-lifting path. A model with unbuilt layers
+    (variables that only exist after a first call) keeps Keras' deferred build."""
+    optimizer = getattr(task_model, "optimizer", None)
+    if optimizer is None or optimizer.built:
+        return
+    if not all(layer.built for layer in task_model._flatten_layers()):
+        return
+    with task_model.distribute_strategy.scope():
+        optimizer.build(task_model.trainable_variables)
+
+
 def _fit(task_model, train_data, eval_data, settings, backup_dir, log_dir, extra) -> tuple:
     total = settings.total_steps
     epochs, steps_per_epoch = checkpoint_intervals(total, settings.steps_per_checkpoint)
@@ -144,6 +162,7 @@ def _fit(task_model, train_data, eval_data, settings, backup_dir, log_dir, extra
                  settings.batch_size,
                  f"; validating {settings.eval_steps} eval batches at each checkpoint"
                  if validation else "")
+    build_optimizer(task_model)
     task_model.fit(train_data, epochs=epochs, steps_per_epoch=steps_per_epoch,
                    callbacks=callbacks, verbose=2)
     result = dict(curve.curve)
