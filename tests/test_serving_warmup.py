@@ -166,3 +166,40 @@ def test_pusher_refuses_a_model_the_c_api_loader_cannot_run(tmp_path):
                                          r"serving_default: .*Could not find variable"):
         _push(tmp_path, tmp_path / "keras")
     assert not os.path.exists(tmp_path / "serving")
+
+
+def test_the_loader_check_compares_with_the_recorded_responses(tmp_path):
+    """The warm-up file records Python's answer beside each request; the loader check compares
+    TF Serving's loader with it: a tampered response is caught, naming the output, and a
+    request logged without a response is compared with the signature run in Python."""
+    model_dir = str(tmp_path / "Format-Serving")
+    shutil.copytree(serving_models.warmed(serving_models.example_case("classification"),
+                                          "classification"), model_dir)
+    logs = warmup.read_warmup_logs(model_dir)
+    assert logs and all("probabilities" in log.response.outputs for log in logs)
+
+    def rewrite(edit):
+        with tf.io.TFRecordWriter(warmup.warmup_path(model_dir)) as writer:
+            for log in logs:
+                log = type(log).FromString(log.SerializeToString())
+                edit(log)
+                writer.write(prediction_log_pb2.PredictionLog(
+                    predict_log=log).SerializeToString())
+
+    def tamper(log):
+        probabilities = tf.make_ndarray(log.response.outputs["probabilities"])
+        log.response.outputs["probabilities"].CopyFrom(
+            tf.make_tensor_proto(probabilities + 0.1))
+
+    rewrite(tamper)
+    report = loader_check.check_saved_model(model_dir)
+    assert set(report.problems) == {log.request.model_spec.signature_name for log in logs}
+    assert all("output probabilities is 0.1 away" in problem
+               for problem in report.problems.values())
+
+    rewrite(lambda log: log.ClearField("response"))
+    interface = loader_check.read_interface(model_dir)
+    assert interface.responses == (None,) * len(logs)
+    report = loader_check.check_saved_model(model_dir, interface)
+    assert not report.problems and report.checks
+    assert all(check.max_abs_diff <= loader_check.ATOL for check in report.checks)

@@ -22,7 +22,7 @@ the ops, since the server could not load it), and a model without warm-up reques
 is pushed with a warning. Then the model server's own loader is tried (loader_check.py:
 TensorFlow's C API loads the model in a process without TensorFlow's Python package and
 runs every warm-up request by the SignatureDefs' tensor names, the outputs compared with
-Python's); a model it cannot load or run is refused with a one-line error naming the
+the responses Python gave, recorded in the warm-up file); a model it cannot load or run is refused with a one-line error naming the
 signature. This is what TFX's InfraValidator does with a real model server, which needs
 Docker or Kubernetes.
 
@@ -54,7 +54,7 @@ def check_servable(model_path: str) -> tuple:
     Serving's loader (the C API, loader_check.py) cannot load it or run one of its warm-up
     requests to Python's outputs; warns when it has no warm-up requests. The op set cannot
     be listed without tensorflow_text, nor the loader run without the C API library: then
-    only a warning. Returns the model's SignatureDefs and warm-up requests, read once."""
+    only a warning. Returns the model's `loader_check.ServingInterface`, read once."""
     from lmfactory.components.pusher import loader_check, op_audit, warmup
 
     try:
@@ -67,7 +67,7 @@ def check_servable(model_path: str) -> tuple:
                          f"{op_audit.TF_SERVING_VERSION}: " + "; ".join(
                              f"{op} is {reason}" for op, reason in problems.items()))
     interface = loader_check.read_interface(model_path)
-    if not interface[1]:
+    if not interface.requests:
         logging.warning("Pusher: %s has no %s/%s; TF Serving will load it without warm-up",
                         model_path, warmup.ASSETS_EXTRA, warmup.WARMUP_FILE)
     try:
@@ -77,13 +77,14 @@ def check_servable(model_path: str) -> tuple:
     return interface
 
 
-def write_batching_file(base: str, interface: tuple) -> None:
+def write_batching_file(base: str, interface) -> None:
     """``<base>/batching_parameters.pbtxt`` for TF Serving's ``--enable_batching``, when the
     model's signatures can be batched as its warm-up requests call them (batching.py);
-    ``interface``: the model's SignatureDefs and warm-up requests."""
+    ``interface``: the model's `loader_check.ServingInterface`."""
     from lmfactory.components.pusher import batching
 
-    path = batching.write_batching_parameters(base, *interface)
+    path = batching.write_batching_parameters(base, interface.signature_defs,
+                                              list(interface.requests))
     if path:
         logging.info("Pusher: TF Serving batching parameters in %s (--enable_batching "
                      "--batching_parameters_file=%s)", path, path)

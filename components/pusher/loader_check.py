@@ -11,10 +11,13 @@ loader the server links, ``TF_LoadSessionFromSavedModel`` of the installed wheel
 subprocess that never imports TensorFlow's Python package (c_api_runner.py), and feeds each
 warm-up request to its SignatureDef by tensor name.
 
-An output is compared with the same signature run by ``tf.saved_model.load`` (at most
-``ATOL`` apart, strings equal). A sampling signature draws other tokens on every call, so an
-output that differs between two Python calls on the same request is compared by dtype and
-shape only. A model without warm-up requests is only loaded.
+An output is compared with what the same signature answered in Python (at most ``ATOL``
+apart, strings equal): the response recorded beside each warm-up request when the Trainer
+wrote it (warmup.py), or, for a request logged without one, the signature run by
+``tf.saved_model.load``. A sampling signature draws other tokens on every call: an output
+two Python calls disagree on (left out of the recorded response) is checked for its
+SignatureDef's dtype and the request's batch size only. A model without warm-up requests is
+only loaded.
 """
 
 from __future__ import annotations
@@ -152,80 +155,118 @@ def _read_output(folder: str, output: dict) -> np.ndarray:
     return np.load(path, allow_pickle=False)
 
 
-def _python_outputs(signature, request) -> dict:
-    outputs = signature(**warmup.request_tensors(request))
-    converted = {}
-    for key, tensor in outputs.items():
-        value = tensor.numpy()
-        if value.dtype.kind in "OS":
-            value = np.vectorize(lambda v: v.decode("utf-8", "backslashreplace"),
-                                 otypes=[object])(value) if value.size else value
-        elif tensor.dtype == tf.bfloat16:
-            value = tf.cast(tensor, tf.float32).numpy()
-        converted[key] = value
-    return converted
+def _strings_as_text(value: np.ndarray) -> np.ndarray:
+    if value.dtype.kind in "OS" and value.size:
+        return np.vectorize(lambda v: v.decode("utf-8", "backslashreplace")
+                            if isinstance(v, bytes) else v, otypes=[object])(value)
+    return value
 
 
-def _compare(key: str, served: np.ndarray, first: np.ndarray, second: np.ndarray,
-             sampled: list) -> tuple:
-    """``(error or None, max abs diff)`` of the served output against Python's; an output
-    Python's two calls disagree on is a sampler's draw, appended to ``sampled``."""
-    if served.shape != first.shape:
-        return f"output {key} has shape {served.shape}, Python gives {first.shape}", 0.0
-    if not np.array_equal(first, second):
-        sampled.append(key)
-        return None, 0.0
-    if first.dtype == object:
-        equal = np.array_equal(served.astype(object), first)
+def _compare(key: str, served: np.ndarray, expected: np.ndarray) -> tuple:
+    """``(error or None, max abs diff)`` of the served output against Python's."""
+    if served.shape != expected.shape:
+        return f"output {key} has shape {served.shape}, Python gives {expected.shape}", 0.0
+    if expected.dtype == object:
+        equal = np.array_equal(served.astype(object), expected)
         return (None if equal else f"output {key} differs from Python's"), 0.0
-    if first.size == 0:
+    if expected.size == 0:
         return None, 0.0
-    diff = float(np.max(np.abs(served.astype(np.float64) - first.astype(np.float64))))
+    diff = float(np.max(np.abs(served.astype(np.float64) - expected.astype(np.float64))))
     if not diff <= ATOL:
         return f"output {key} is {diff:.3g} away from Python's (at most {ATOL})", diff
     return None, diff
 
 
-def read_interface(export_dir: str) -> tuple:
-    """``(SignatureDefs, warm-up PredictRequests)`` of the SavedModel: how it is called
-    (no requests when it has no warm-up file)."""
-    requests = (warmup.read_warmup_requests(export_dir)
-                if tf.io.gfile.exists(warmup.warmup_path(export_dir)) else [])
-    return read_signature_defs(export_dir), requests
+def _check_sampled(key: str, served: np.ndarray, signature_def, request) -> str | None:
+    """A sampled output: its SignatureDef's dtype, and one row per row of the request."""
+    dtype = tf.dtypes.as_dtype(signature_def.outputs[key].dtype)
+    if (dtype == tf.string) != (served.dtype.kind in "OSU"):
+        return f"output {key} is {served.dtype}, its SignatureDef declares {dtype.name}"
+    rows = {tf.make_ndarray(proto).shape[0] for proto in request.inputs.values()
+            if len(proto.tensor_shape.dim)}
+    if served.ndim and rows and served.shape[0] not in rows:
+        return f"output {key} has {served.shape[0]} rows for a request of {sorted(rows)}"
+    return None
 
 
-def check_saved_model(export_dir: str, loaded=None, interface: tuple | None = None
+@dataclasses.dataclass(frozen=True)
+class ServingInterface:
+    """How a SavedModel is called: its SignatureDefs, and its warm-up requests with the
+    responses recorded beside them (``None`` for a request logged without one)."""
+    signature_defs: dict
+    requests: tuple = ()
+    responses: tuple = ()
+
+
+def read_interface(export_dir: str) -> ServingInterface:
+    """The SavedModel's `ServingInterface` (no requests when it has no warm-up file)."""
+    logs = (warmup.read_warmup_logs(export_dir)
+            if tf.io.gfile.exists(warmup.warmup_path(export_dir)) else [])
+    return ServingInterface(
+        read_signature_defs(export_dir), tuple(log.request for log in logs),
+        tuple(log.response if log.HasField("response") else None for log in logs))
+
+
+def check_saved_model(export_dir: str, interface: ServingInterface | None = None
                       ) -> LoaderReport:
     """Loads ``export_dir`` through the C API and runs its warm-up requests (module
-    docstring). ``loaded``: the model already loaded by ``tf.saved_model.load``, if any;
-    ``interface``: `read_interface` of it, if already read. RuntimeError when the C API
-    cannot be run at all (no library, the runner crashed)."""
-    import tensorflow_text  # noqa: F401  (the Python side's tokenizer ops)
-
-    signature_defs, requests = interface or read_interface(export_dir)
+    docstring). ``interface``: `read_interface` of it, if already read. RuntimeError when
+    the C API cannot be run at all (no library, the runner crashed)."""
+    interface = interface or read_interface(export_dir)
     with tempfile.TemporaryDirectory(prefix="lmfactory_loader_check_") as folder:
-        spec, result = run_c_api(export_dir, requests, signature_defs, folder)
+        spec, result = run_c_api(export_dir, list(interface.requests),
+                                 interface.signature_defs, folder)
         if not result["loaded"]:
             return LoaderReport(export_dir, result["load_error"] or "not loaded",
                                 result.get("load_seconds", 0.0), ())
-        loaded = loaded if loaded is not None else tf.saved_model.load(export_dir)
+        python = _PythonAnswers(export_dir)
         checks = []
-        for run, served, request in zip(spec["runs"], result["runs"], requests):
-            checks.append(_check_run(run, served, request, loaded.signatures[run["name"]],
-                                     folder))
+        for index, (run, served) in enumerate(zip(spec["runs"], result["runs"])):
+            request = interface.requests[index]
+            response = (interface.responses[index] if index < len(interface.responses)
+                        else None)
+            expected = (_recorded(response) if response is not None
+                        else python.answers(run["name"], request))
+            checks.append(_check_run(run, served, request, expected,
+                                     interface.signature_defs[run["name"]], folder))
     return LoaderReport(export_dir, None, result["load_seconds"], tuple(checks))
 
 
-def _check_run(run: dict, served: dict, request, signature, folder: str) -> SignatureCheck:
+def _recorded(response) -> dict:
+    return {key: _strings_as_text(tf.make_ndarray(proto))
+            for key, proto in response.outputs.items()}
+
+
+class _PythonAnswers:
+    """Python's outputs for a request logged without a response: the signature, loaded
+    once by ``tf.saved_model.load``, called twice (outputs the calls disagree on are left
+    out, as in a recorded response)."""
+
+    def __init__(self, export_dir: str):
+        self.export_dir = export_dir
+        self.loaded = None
+
+    def answers(self, name: str, request) -> dict:
+        import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+        if self.loaded is None:
+            self.loaded = tf.saved_model.load(self.export_dir)
+        return _recorded(warmup.recorded_response(self.loaded.signatures[name], request))
+
+
+def _check_run(run: dict, served: dict, request, expected: dict, signature_def,
+               folder: str) -> SignatureCheck:
     if not served["ok"]:
         return SignatureCheck(run["name"], served["error"] or "failed",
                               seconds=served["seconds"])
-    first = _python_outputs(signature, request)
-    second = _python_outputs(signature, request)
     errors, sampled, worst = [], [], 0.0
     for key, output in zip(run["keys"], served["outputs"]):
-        error, diff = _compare(key, _read_output(folder, output), first[key], second[key],
-                               sampled)
+        value = _read_output(folder, output)
+        if key in expected:
+            error, diff = _compare(key, value, expected[key])
+        else:
+            sampled.append(key)
+            error, diff = _check_sampled(key, value, signature_def, request), 0.0
         worst = max(worst, diff)
         if error:
             errors.append(error)
@@ -233,7 +274,7 @@ def _check_run(run: dict, served: dict, request, signature, folder: str) -> Sign
                           served["seconds"])
 
 
-def check_before_push(export_dir: str, interface: tuple | None = None) -> None:
+def check_before_push(export_dir: str, interface: ServingInterface | None = None) -> None:
     """Raises ValueError, in one line naming the signature and the error, when the model
     server's loader cannot serve ``export_dir``; logs the check's figures otherwise."""
     report = check_saved_model(export_dir, interface=interface)
@@ -248,5 +289,5 @@ def check_before_push(export_dir: str, interface: tuple | None = None) -> None:
                      for c in report.checks) or "no warm-up requests to run")
 
 
-__all__ = ["ATOL", "LoaderReport", "SignatureCheck", "c_api_libraries", "check_before_push",
+__all__ = ["ATOL", "LoaderReport", "ServingInterface", "SignatureCheck", "c_api_libraries", "check_before_push",
            "check_saved_model", "read_interface", "read_signature_defs", "run_c_api"]

@@ -8,6 +8,12 @@ protos (tensorflow_serving/apis/prediction_log.proto) whose ``predict_log.reques
 the whole version, so `write_warmup_requests` runs every request through the exported
 signature first and keeps only those that succeed (the others are logged and counted).
 
+Each log's ``predict_log.response`` holds what the signature answered in Python: the
+outputs two calls on the same request agree on (a sampler's draw differs between calls and
+is left out). The model server reads only the request; the Pusher's loader check
+(loader_check.py) compares what TF Serving's loader answers with these responses, so it
+needs no second load of the model in Python.
+
 The requests are built from the task's eval examples: the first ``count`` records, read
 as their formats say (CONTRACTS §1, §3), mapped to each signature's inputs by
 `raw_inputs`:
@@ -183,23 +189,49 @@ def request_tensors(request) -> dict:
             request.inputs.items()}
 
 
-def read_warmup_requests(export_dir: str) -> list:
-    """The ``PredictRequest`` of every ``PredictionLog`` in the warm-up file."""
+def read_warmup_logs(export_dir: str) -> list:
+    """The ``PredictLog`` (request and recorded response) of every ``PredictionLog`` in the
+    warm-up file."""
     from tensorflow_serving.apis import prediction_log_pb2
 
-    requests = []
-    for record in tf.data.TFRecordDataset(warmup_path(export_dir)):
-        log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
-        requests.append(log.predict_log.request)
-    return requests
+    return [prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log
+            for record in tf.data.TFRecordDataset(warmup_path(export_dir))]
+
+
+def read_warmup_requests(export_dir: str) -> list:
+    """The ``PredictRequest`` of every ``PredictionLog`` in the warm-up file."""
+    return [log.request for log in read_warmup_logs(export_dir)]
+
+
+def signature_outputs(signature, request) -> dict:
+    """``{output: numpy value}`` of ``signature`` called on ``request`` as the model server
+    feeds it (bfloat16 as float32)."""
+    outputs = signature(**request_tensors(request))
+    return {key: (tf.cast(tensor, tf.float32) if tensor.dtype == tf.bfloat16 else tensor)
+            .numpy() for key, tensor in outputs.items()}
+
+
+def recorded_response(signature, request):
+    """The ``PredictResponse`` of the outputs that two calls of ``signature`` on ``request``
+    agree on (a sampled output is left out)."""
+    from tensorflow_serving.apis import predict_pb2
+
+    first = signature_outputs(signature, request)
+    second = signature_outputs(signature, request)
+    response = predict_pb2.PredictResponse()
+    response.model_spec.CopyFrom(request.model_spec)
+    for key in sorted(first):
+        if first[key].shape == second[key].shape and np.array_equal(first[key], second[key]):
+            response.outputs[key].CopyFrom(tf.make_tensor_proto(first[key]))
+    return response
 
 
 def write_warmup_requests(export_dir: str, file_pattern: str, model_config: dict,
                           vocab_dir: str | None = None, count: int = DEFAULT_COUNT,
                           loaded=None) -> dict:
     """Writes the warm-up file of the SavedModel in ``export_dir``: one request per
-    signature, built from the first ``count`` records of ``file_pattern``, each checked
-    against the loaded signature (``loaded``: the model already loaded by
+    signature, built from the first ``count`` records of ``file_pattern``, each run through
+    the loaded signature and logged with its response (`recorded_response`) (``loaded``: the model already loaded by
     ``tf.saved_model.load``, if any). Returns ``{"requests": n, "signatures": [...],
     "skipped": {signature: reason}}``; writes nothing when no request is usable."""
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
@@ -214,13 +246,13 @@ def write_warmup_requests(export_dir: str, file_pattern: str, model_config: dict
             inputs = raw_inputs(signature.structured_input_signature[1], examples,
                                 model_config, vocab_dir)
             request = predict_request(name, inputs)
-            signature(**request_tensors(request))
+            response = recorded_response(signature, request)
         except (ValueError, tf.errors.OpError) as error:
             skipped[name] = str(error).strip().splitlines()[0][:300]
             logging.error("Warm-up request for signature %s left out: %s", name, skipped[name])
             continue
         logs.append(prediction_log_pb2.PredictionLog(
-            predict_log=prediction_log_pb2.PredictLog(request=request)))
+            predict_log=prediction_log_pb2.PredictLog(request=request, response=response)))
     if logs:
         tf.io.gfile.makedirs(os.path.join(export_dir, ASSETS_EXTRA))
         with tf.io.TFRecordWriter(warmup_path(export_dir)) as writer:
@@ -234,4 +266,5 @@ def write_warmup_requests(export_dir: str, file_pattern: str, model_config: dict
 
 
 __all__ = ["ASSETS_EXTRA", "WARMUP_FILE", "predict_request", "raw_inputs", "read_examples",
-           "read_warmup_requests", "request_tensors", "warmup_path", "write_warmup_requests"]
+           "read_warmup_logs", "read_warmup_requests", "recorded_response",
+           "signature_outputs", "request_tensors", "warmup_path", "write_warmup_requests"]
