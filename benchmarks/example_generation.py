@@ -21,7 +21,7 @@ the same (``SETTINGS``).
 * project: ``generate_pretraining_examples`` (components/pretraining_data/executor.py) with
   ``--direct_running_mode=multi_processing --direct_num_workers=2``, the pipeline's own Beam
   arguments. Its wall time includes the start of the Beam job and of its two SDK worker
-  processes (each imports Beam; no TensorFlow since issue 17's round three): that fixed cost
+  processes (each imports Beam, and no TensorFlow): that fixed cost
   is measured on its own, on a corpus of ``_STARTUP_DOCUMENTS`` documents, right before each
   scale's project run (peer, start-up, project, interleaved), and shown next to every scale.
 * peer: ``create_training_instances`` + ``write_instance_to_example_files`` of the reference
@@ -456,19 +456,20 @@ def _findings(rows, compare_rows, startup) -> list:
         for r in rows) + " (load average 1 min before peer/start-up/project: "
         + ", ".join(f"{r[16]} at {r[0]}" for r in rows) + ").")
     findings.append(
-        "Round two (issue 17): per shard, instances are built as spans of one token stream, "
-        "gathered, masked (vectorised numpy, masked_records.py) and serialized (numpy "
-        "tf.Example encoder, example_encoder.py) in batches of 4,096, and written with GZIP "
-        "level 1; in-process CPU of that stage on the 16x corpus went from about 21 s to "
-        "2.6 s (tokenisation 1.4 s).")
+        "Per shard, instances are built as spans of one token stream, gathered, masked "
+        "(vectorised numpy, masked_records.py) and serialized (numpy tf.Example encoder, "
+        "example_encoder.py) in batches of 4,096, and written with GZIP level 1; in-process "
+        "CPU of that stage on the 16x corpus is 2.6 s (tokenisation 1.4 s), against about "
+        "21 s one instance at a time.")
     findings.append(
-        "Round three (issue 17): the Beam workers import no TensorFlow, TFX or Keras "
+        "The Beam workers import no TensorFlow, TFX or Keras "
         "(beam_steps.py: WordPiece in plain Python with the keras-nlp ids, plain_wordpiece.py; "
         "the vocabulary state and tokenizer shipped inside the pickled steps; TFRecords framed "
         "and gzipped with zlib) and the split's counts are per-shard files summed by the "
-        "launching process (no combine and text sink stages); Beam start-up now "
+        "launching process (no combine and text sink stages); Beam start-up is "
         + (f"{startup['seconds']:.1f} s wall and {startup['cpu_seconds']:.1f} s CPU (first "
-           f"start-up run; 9.4 s wall in the last report, at a lower load)" if startup
+           f"start-up run; 9.4 s wall with TensorFlow in the workers, at a lower load)"
+           if startup
            else "not measured (--quick)")
         + "; SOP, FULL-SENTENCES and ERNIE dEA records take the same vectorised path.")
     ours_marginal, peer_marginal = marginal_rate(rows, 3, 5), marginal_rate(rows, 4, 7)

@@ -318,13 +318,13 @@ def run(scales=(1, 4, 16), out_dir="benchmark_results", quick=False):
         f"{last[2]:.2f}x for the project's cached loop, {last[3]:.2f}x for keras-hub's "
         f"generate and {last[4]:.2f}x for keras-hub under XLA; at {rows[-1][1]} tokens the "
         f"project takes {last[5]:.2f}x keras-hub's time per token.",
-        "What changed the cached figures (session 16): the cache is one pair of heads-first "
+        "How the cached loop works: the cache is one pair of heads-first "
         "buffers [batch, heads, max_length, head_dim] per block instead of one [batch, "
         "layers, 2, max_length, heads, head_dim] tensor, and a step attends over the whole "
         "buffer with a causal mask (q·K^T and weights·V as batched matmuls on the buffers) "
         "instead of slicing the filled prefix out, splitting keys from values and "
         "transposing them to heads-first (about three copies of the prefix per layer and "
-        "step; growth 3.35x in the previous report).",
+        "step; with that layout the growth is 3.35x).",
         "Load average (1 min, mean over the rounds) at each row is in the table: the "
         "machine is shared, so the ratios (measured interleaved) are the figures to read, "
         "not the absolute times.",

@@ -414,29 +414,28 @@ def make_plots(figures, scales, out_dir) -> list:
     return [line, bar]
 
 
-# What changed each figure since the last report (one line each; the report prints them).
+# What lies behind each figure (one line each; the report prints them).
 CHANGES = {
     "bpe tf.data map": (
-        "session 18: the tf.data rows map the tokenizer with lmfactory.models.host_map (the "
-        "same parallel map op and traced function, instantiated on the host device alone: "
-        "no per-iterator placement, Grappler and partitioning, which were ~0.1 s of a 0.15 s "
-        "1x pass); 'tf.data Dataset.map' keeps tf.data's own map as before; the tokenizer's "
-        "rare paths (keras-nlp's split, the merge loop) are traced into its tf.cond branches "
-        "instead of non-inlined functions, which were instantiated with Grappler at their "
-        "first call in every iterator (not on this corpus, whose words are all in the word "
-        "table; on 3,000 WikiText-2 lines a host_map pass went 0.98 -> 0.22 s at load 14); "
-        "session 16: the map function's library 82 -> 10 functions (keras-nlp's split of the "
-        "rare rows now runs on flat vectors through tf-text's RegexSplitWithOffsets op, "
-        "without ~1,000 nodes and 70 ragged assertion functions) and its graph 547 -> 269 "
-        "nodes (row ids by one search op, neighbours by tf.roll, rare rows merged at the word "
-        "level): Grappler's per-iterator work on the map function shrank ~2.5x, which was "
-        "most of a 1x pass"),
-    "bpe tf.function / eager call": "session 16: the same smaller graph (fewer ops a batch)",
-    "wordpiece rows": ("session 18: its tf.data map row through host_map as well; "
-                       "otherwise unchanged code"),
-    "tokenizers encode_batch": "the peer, unchanged (Rust, 2 threads)",
-    "timing": ("session 16: paths timed in interleaved rounds (tokenizers, tf.data, ...), "
-               "best pass of each, load average per scale"),
+        "the tf.data rows map the tokenizer with lmfactory.models.host_map (the same "
+        "parallel map op and traced function, instantiated on the host device alone: no "
+        "per-iterator placement, Grappler and partitioning, which take ~0.1 s of a 0.15 s 1x "
+        "pass through Dataset.map); 'tf.data Dataset.map' keeps tf.data's own map; the "
+        "tokenizer's rare paths (keras-nlp's split, the merge loop) are traced into its "
+        "tf.cond branches instead of non-inlined functions, which would be instantiated with "
+        "Grappler at their first call in every iterator (not on this corpus, whose words are "
+        "all in the word table; on 3,000 WikiText-2 lines a host_map pass takes 0.22 s with "
+        "the branches and 0.98 s with the functions, at load 14); the map function's library "
+        "holds 10 functions instead of 82 (keras-nlp's split of the rare rows runs on flat "
+        "vectors through tf-text's RegexSplitWithOffsets op, without ~1,000 nodes and 70 "
+        "ragged assertion functions) and its graph 269 nodes instead of 547 (row ids by one "
+        "search op, neighbours by tf.roll, rare rows merged at the word level): Grappler's "
+        "per-iterator work on the map function, most of a 1x pass, is ~2.5x smaller"),
+    "bpe tf.function / eager call": "the same smaller graph (fewer ops a batch)",
+    "wordpiece rows": "its tf.data map row through host_map as well",
+    "tokenizers encode_batch": "the peer (Rust, 2 threads)",
+    "timing": ("paths timed in interleaved rounds (tokenizers, tf.data, ...), best pass of "
+               "each, load average per scale"),
 }
 
 
@@ -444,7 +443,7 @@ def findings(figures, scales) -> list:
     load = figures.get("load_average", {})
     notes = [f"load average (1, 5, 15 min) at start {tuple(round(x, 1) for x in load['start'])}"
              f", at end {tuple(round(x, 1) for x in load['end'])} (2 cores)"] if load else []
-    notes += [f"What changed {figure}: {change}." for figure, change in CHANGES.items()]
+    notes += [f"Behind {figure}: {change}." for figure, change in CHANGES.items()]
     costs = figures.get("fixed_costs")
     if costs:
         per_pass = costs["iterator start"] + costs["first batch"] + costs["other batches"]

@@ -404,10 +404,10 @@ def make_tables(rows, figures, scales) -> list:
               "kind's rows (other jobs running). "
               "'in-process: counting / learning' split the 'in-process' "
               "row; 'tf-text counting: learning' is the learning part alone, with "
-              "tensorflow-text's own counting (before this change), 1x only. keras-nlp "
-              "at 1x only (~50x the Rust time); Beam multi_processing at the smallest and "
-              "largest scale (at the largest after a 10-line run of its own, the profile's "
-              "start-up, and followed by one more Rust run), Beam in_memory up to 4x. "
+              "tensorflow-text's own counting (not the distinct-piece counting), 1x only. "
+              "keras-nlp at 1x only (~50x the Rust time); Beam multi_processing at the "
+              "smallest and largest scale (at the largest after a 10-line run of its own, the "
+              "profile's start-up, and followed by one more Rust run), Beam in_memory up to 4x. "
               f"Beam fixed cost (10-line corpus, WordPiece): " + ", ".join(
                   f"{mode} {seconds:.1f} s" for mode, seconds in
                   figures["fixed_cost"].items()) + "."))
@@ -461,18 +461,18 @@ def make_plots(figures, scales, out_dir) -> list:
     return plots
 
 
-# What changed each figure since the last report (one line each; the report prints them).
+# What lies behind each figure (one line each; the report prints them).
 CHANGES = {
     "Beam multi_processing": (
-        "session 18: the counting below, and a WordPiece worker no longer imports "
-        "TensorFlow (its BERT normalisation and split in plain Python, "
+        "the counting below, and a WordPiece worker imports no TensorFlow (its BERT "
+        "normalisation and split in plain Python, "
         "components/pretraining_data/plain_wordpiece.py, same counts)"),
     "in-process, Beam policy / in_memory": (
-        "session 18: BPE and WordPiece count each distinct space-separated piece of a "
+        "BPE and WordPiece count each distinct space-separated piece of a "
         "512-line batch once (joined lines cut by one regex pass, pieces counted in C, each "
         "distinct piece split once and cached per process) instead of splitting every line; "
         "WordPiece counts in plain Python instead of TF ops (same counts, same vocabularies)"),
-    "tokenizers (Rust), keras-nlp": "unchanged code; they move with the load",
+    "tokenizers (Rust), keras-nlp": "the peers; their times move with the load",
 }
 
 
@@ -499,7 +499,7 @@ def multi_processing_profile(figures, kind, scale) -> str | None:
 
 
 def findings(figures, scales) -> list:
-    notes = [f"What changed {figure}: {change}." for figure, change in CHANGES.items()]
+    notes = [f"Behind {figure}: {change}." for figure, change in CHANGES.items()]
     first, last = scales[0], scales[-1]
     for kind in KINDS:
         at = {scale: figures["scales"][scale][kind]["seconds"] for scale in scales}

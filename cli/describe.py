@@ -4,7 +4,7 @@ A recipe that starts from published weights (``pretraining.init_checkpoint``) ge
 from the checkpoint, not from ``preset`` (which it ignores): the line then names the
 checkpoint and the sizes its config file declares (an lmfactory ``config.json``, a Hugging
 Face ``config.json`` or an original TensorFlow checkpoint's ``*config.json``), instead of the
-unused preset (issue 16: ``Running recipe ... (bert/tiny)`` for a 6 x 384 model).
+unused preset (which would read ``Running recipe ... (bert/tiny)`` for a 6 x 384 model).
 """
 
 from __future__ import annotations

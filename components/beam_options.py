@@ -3,7 +3,7 @@
 ``direct_running_mode=multi_processing`` starts ``direct_num_workers`` SDK worker processes
 for each Beam stage; each imports Beam and then whatever the stage's steps import (for most
 stages TensorFlow), seconds of start-up whatever the input size (9.4 s measured on the
-shared 2-core test machine for a 10-line corpus, issue 17), while ``in_memory`` runs the
+shared 2-core test machine for a 10-line corpus), while ``in_memory`` runs the
 same steps in this process, which has them imported already. Below a size the start-up
 costs more than the parallel work saves.
 

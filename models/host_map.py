@@ -1,12 +1,12 @@
 """``Dataset.map`` for host-side preprocessing (tokenizers) whose function is instantiated
 once per iterator without Grappler.
 
-Why (issue 17, benchmarks/tokenization.py's fixed-cost table): ``tf.data`` instantiates a
+Why (benchmarks/tokenization.py's fixed-cost table): ``tf.data`` instantiates a
 map function again for every iterator, i.e. every epoch of a training loop, and by default
 it does so as a *multi-device* function: placement, the whole Grappler meta-optimiser
 (remapper, arithmetic, dependency, TFG passes ... twice), partitioning and a conversion back
 to a function, before the kernels are built. For a tokenizer's few hundred string ops that
-was 0.10 s of a 0.15 s pass over the 7,430-line demo corpus, paid on every pass.
+is 0.10 s of a 0.15 s pass over the 7,430-line demo corpus, paid on every pass.
 
 tf.data's ``CapturedFunction`` instantiates a function on its single (host) device through
 the plain function runtime (the graph is expanded, the classic graph optimiser folds and

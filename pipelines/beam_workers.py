@@ -3,8 +3,8 @@
 In ``direct_running_mode=multi_processing`` the DirectRunner starts each SDK worker with
 ``subprocess.Popen(command, shell=True)`` (``apache_beam.runners.portability.
 local_job_service.SubprocessSdkWorker.run``). When the pipeline's process is killed with
-SIGKILL nothing of it runs again, so those workers (~200 MB each) were left behind, reparented
-to init (issue 18). Only the kernel can clean up after a SIGKILL: :func:`install` makes Beam
+SIGKILL nothing of it runs again, so those workers (~200 MB each) are left behind, reparented
+to init. Only the kernel can clean up after a SIGKILL: :func:`install` makes Beam
 start every worker with ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` and ``exec`` (the shell replaces
 itself by the worker, which keeps the death signal), so a worker is killed as soon as the
 thread that started it is gone. That thread is Beam's ``run_worker`` thread, which waits on

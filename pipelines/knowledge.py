@@ -1,4 +1,4 @@
-"""The knowledge-graph stage of the DAG (issue 15), added when the recipe has a
+"""The knowledge-graph stage of the DAG, added when the recipe has a
 ``knowledge_graph`` section:
 
     KnowledgeGraphGen -> KGEmbeddingTrainer (TransE)

@@ -8,7 +8,7 @@
   (``<pipeline root>/<component>/<output>/<execution id>``) before the executor runs; a run
   killed there leaves them empty, never registered as artifacts. Under the lock no other
   execution is in progress, so the empty output folders of every execution that MLMD does
-  not record as complete or cached are removed (issue 18). Non-empty ones (e.g. the logs of a
+  not record as complete or cached are removed. Non-empty ones (e.g. the logs of a
   failed training) are kept for debugging and are never read as artifacts.
 """
 

@@ -1,7 +1,7 @@
 """Cloud Storage data paths need credentials before anything lists them.
 
 Building the pipeline lists every data file (the ingestion fingerprint), and TensorFlow's and
-Beam's GCS clients retry a request without credentials for minutes, silently (issue 18). So
+Beam's GCS clients retry a request without credentials for minutes, silently. So
 before any component is built, a recipe with ``gs://`` data paths asks google-auth for the
 default credentials once (environment, gcloud's application-default login, the metadata
 server) and fails in one line naming the recipe field when there are none.

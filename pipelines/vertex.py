@@ -1,4 +1,4 @@
-"""What a recipe needs before it can run on Vertex AI / Kubeflow Pipelines v2 (issue 16).
+"""What a recipe needs before it can run on Vertex AI / Kubeflow Pipelines v2.
 
 Every task of the compiled pipeline runs in a container on a worker that sees Cloud Storage
 and nothing of the machine that compiled it. So:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
-TOLERANCE = 1e-4  # issue 3: max abs error on non-padding positions
+TOLERANCE = 1e-4  # max abs error on non-padding positions
 
 
 def fixture_dir(name: str) -> Path:

@@ -396,7 +396,7 @@ def test_target_lm_fine_tuning_uses_discriminative_rates_and_stlr():
     lm.fit(x, y, epochs=1, verbose=0)
     after = _group_snapshots(lm)
     # Step 0 of STLR: eta_max / 32; groups lstm_0, lstm_1, then the tied embedding and
-    # the output bias at the full rate (the reference's LM split; issue 13).
+    # the output bias at the full rate (the reference's LM split).
     groups = lm.layer_groups()
     assert groups[-1][0] is lm.backbone.token_embedding.embeddings
     assert groups[-1][-1] is lm.output_bias

@@ -1,5 +1,5 @@
 """The Beam DirectRunner mode policy (components/beam_options.py) and the TensorFlow-free
-worker side of VocabularyGen's counting (components/vocabulary/counting.py), issue 17."""
+worker side of VocabularyGen's counting (components/vocabulary/counting.py)."""
 
 import collections
 import os

@@ -1,4 +1,4 @@
-"""Issue 18: `kill -9` of a process running a multi-process Beam DirectRunner pipeline must
+"""`kill -9` of a process running a multi-process Beam DirectRunner pipeline must
 not leave the SDK worker processes behind (pipelines/beam_workers.py)."""
 
 import os

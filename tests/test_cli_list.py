@@ -1,4 +1,4 @@
-"""``lmfactory list`` without TensorFlow (issue 16): the names come from the source tree
+"""``lmfactory list`` without TensorFlow: the names come from the source tree
 (cli/names.py) and must equal the live registry's and the shipped recipes."""
 
 import os

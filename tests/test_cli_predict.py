@@ -1,4 +1,4 @@
-"""``lmfactory predict`` and ``lmfactory evaluate`` (issue 16) on a tiny sentence-pair classifier
+"""``lmfactory predict`` and ``lmfactory evaluate`` on a tiny sentence-pair classifier
 exported with the project's own code (components/trainer/export.py), pushed as a versioned
 serving folder, and on a tiny causal LM; plus the signature-driven input parsing every task
 kind's SavedModel goes through."""

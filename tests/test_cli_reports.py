@@ -1,4 +1,4 @@
-"""Issue 16's command-line friction: what a MODEL argument names, the exported model of an
+"""Command-line friction: what a MODEL argument names, the exported model of an
 unblessed run, the real size of an imported checkpoint, and metrics that say what they mean
 (f1's class, the Evaluator's vs the FineTuner's accuracy, SQuAD 2.0 figures at a threshold
 tuned on the scored split beside held-out ones)."""

@@ -1,4 +1,4 @@
-"""Entity linking (issue 15): the Python `EntityMatcher` (Beam) and the TF
+"""Entity linking: the Python `EntityMatcher` (Beam) and the TF
 `EntityLinkingLayer` (inside exported models) find the same mentions on real sentences with
 FB15k-237's labels, the layer survives a SavedModel, and the Beam `EntityLinker` annotates
 Examples with counters."""

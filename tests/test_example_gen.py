@@ -216,7 +216,7 @@ def test_malformed_tsv_rows_are_skipped(tmp_path):
 
 
 def test_labels_outside_the_tasks_classes_are_malformed(tmp_path):
-    """Issue 18: a label 7 or -1 in a 2-class task is caught at ingestion (counted and
+    """A label 7 or -1 in a 2-class task is caught at ingestion (counted and
     skipped), not by a TensorFlow traceback in the FineTuner."""
     (tmp_path / "rows.tsv").write_text(
         "sentence\tlabel\n" "fine row\t1\n" "seven\t7\n" "minus one\t-1\n" "zero\t0\n"
@@ -412,7 +412,7 @@ def test_component_fingerprint_follows_the_input_files(tmp_path):
 @pytest.mark.parametrize("case", ["missing", "empty", "header_only", "directory",
                                   "no_label_column"])
 def test_data_file_errors_are_one_line_naming_the_file(tmp_path, case):
-    """Issue 18: what a bad data file raises is an OSError / ValueError whose message is one
+    """What a bad data file raises is an OSError / ValueError whose message is one
     line naming the file or its glob, the form `lmfactory run` prints (cli.DATA_ERRORS)."""
     from lmfactory.cli import DATA_ERRORS
 

@@ -1,4 +1,4 @@
-"""Knowledge-graph stages (issue 15): triple readers, the graph artifact, KnowledgeGraphGen,
+"""Knowledge-graph stages: triple readers, the graph artifact, KnowledgeGraphGen,
 the recipe's knowledge_graph section and the pipeline wiring (construction only; ERNIE and
 KagNet run the DAG)."""
 

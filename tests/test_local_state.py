@@ -1,4 +1,4 @@
-"""Issue 18: one local run per run folder, and the empty output folders a killed run leaves
+"""One local run per run folder, and the empty output folders a killed run leaves
 (TFX makes them before the executor runs) are removed by the next run."""
 
 import os

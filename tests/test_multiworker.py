@@ -1,4 +1,4 @@
-"""Two real local workers train together with MultiWorkerMirroredStrategy (issue 16).
+"""Two real local workers train together with MultiWorkerMirroredStrategy.
 
 The workers are two processes on loopback ports with TF_CONFIG, running the project's own
 training path (tests/multi_worker_check.py: strategy.make_strategy picks the strategy from

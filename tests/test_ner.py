@@ -1,4 +1,4 @@
-"""NER (issue 5, token tagging): CoNLL reader, first-sub-token featurizer, TokenClassifier
+"""NER (token tagging): CoNLL reader, first-sub-token featurizer, TokenClassifier
 loss, a short fine-tuning run on WNUT-17 and the serving SavedModel."""
 
 import io

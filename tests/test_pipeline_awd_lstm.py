@@ -55,7 +55,7 @@ def test_lm_finetuning_stage_sits_between_pretraining_and_the_classifier(tmp_pat
         "LMFineTuningExampleGen"
     ids = [c.id for c in create_components(recipe, str(tmp_path / "serving"))]
     assert ids.count("LMFineTuningExampleGen") == 1
-    # The task's labels are bounded by its classes at ingestion (issue 18).
+    # The task's labels are bounded by its classes at ingestion.
     assert json.loads(components["TaskExampleGen"].exec_properties["input_config"])[
         "num_classes"] == 2
     corpus_only = _recipe(tmp_path, demo_data, ["tokenizer.learn_from=[corpus]"], name="e")

@@ -525,7 +525,7 @@ def test_component_spec():
 
 
 def test_dropped_documents_and_sentences_are_counted_with_their_reason(corpus, tmp_path):
-    """Issue 18: every document or sentence the stage leaves out is counted, by reason."""
+    """Every document or sentence the stage leaves out is counted, by reason."""
     texts = corpus["texts"][:20]
     bad = ["   \n  ", "\x07\n\x08\x01", texts[0] + "\n\x07"]  # empty; no tokens; one bad line
     write_examples(str(tmp_path / "examples" / "Split-train"), texts[1:] + bad)

@@ -1,4 +1,4 @@
-"""PretrainingExampleGen's Beam workers without TensorFlow (issue 17): the plain-Python
+"""PretrainingExampleGen's Beam workers without TensorFlow: the plain-Python
 WordPiece (components/pretraining_data/plain_wordpiece.py) gives the ids of the project's
 keras-nlp tokenizer (``BertWordPieceTokenizer``), and a worker that unpickles the pipeline's
 steps (beam_steps.py) tokenizes and writes a ``bert_mlm_nsp`` shard without importing

@@ -1,4 +1,4 @@
-"""The Pusher's executor (issue 18): a version folder appears complete or not at all, a
+"""The Pusher's executor: a version folder appears complete or not at all, a
 killed push's staging folder is cleaned, an identical model is not pushed twice."""
 
 import json

@@ -29,7 +29,7 @@ def test_every_shipped_recipe_is_valid():
     ("finetuning.text_features=[]", "finetuning.text_features"),
     ("runtime.beam.direct_num_workers=zero", "runtime.beam.direct_num_workers"),
     ("pretraining.optimizer=adagrad", "pretraining.optimizer"),  # with weight decay 0.01
-    # Sizes the architecture cannot take fail here, not deep inside a stage (issue 18).
+    # Sizes the architecture cannot take fail here, not deep inside a stage.
     ("finetuning.sequence_length=1024", "finetuning.sequence_length"),
     ("objective.max_seq_length=600", "objective.max_seq_length"),
     ("tokenizer.vocab_size=5", "tokenizer.vocab_size"),
@@ -53,7 +53,7 @@ def test_bad_values_name_the_field(assignment, field):
     ("zzz=1", "zzz", None),
 ])
 def test_unknown_keys_are_refused_with_the_closest_known_key(assignment, field, suggestion):
-    """Issue 18: a misspelt key would leave the defaults in force silently."""
+    """A misspelt key would leave the defaults in force silently."""
     with pytest.raises(RecipeError) as error:
         load_recipe("distilbert_tiny_sst2" if "teacher" in assignment else "bert_tiny_sst2",
                     [assignment])
@@ -116,7 +116,7 @@ def test_console_script_reports_a_bad_field_in_one_line():
 
 
 def test_console_script_reports_a_data_error_in_one_line(tmp_path):
-    """Issue 18: a missing or malformed data file stops the run with one line, like a bad
+    """A missing or malformed data file stops the run with one line, like a bad
     recipe value; -v shows the traceback."""
     missing = tmp_path / "missing.txt"
     result = subprocess.run(

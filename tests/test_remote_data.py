@@ -1,4 +1,4 @@
-"""Issue 18: a gs:// data path without Google Cloud credentials fails at once, in one line
+"""A gs:// data path without Google Cloud credentials fails at once, in one line
 naming the recipe field, instead of hanging in the storage client's retries. The tests send
 no traffic off the machine: the metadata server is pointed at a closed local port."""
 

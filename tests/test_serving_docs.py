@@ -1,4 +1,4 @@
-"""docs/SERVING.md (issue 16): the committed page is the generator's output, each signature
+"""docs/SERVING.md: the committed page is the generator's output, each signature
 it describes is the one its task kind exports, and every REST body and gRPC request on the
 page runs through that signature (the REST body read as TF Serving's REST API reads it).
 The models are tiny untrained exports of each kind (tests/serving_models.py)."""

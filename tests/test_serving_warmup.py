@@ -1,4 +1,4 @@
-"""TF Serving warm-up records (issue 16): every task kind's SavedModel gets
+"""TF Serving warm-up records: every task kind's SavedModel gets
 ``assets.extra/tf_serving_warmup_requests`` built from eval records of its format; the
 records parse as ``PredictionLog`` protos and each request runs through its signature; the
 Pusher pushes them with the model and refuses a model whose ops the server cannot load.

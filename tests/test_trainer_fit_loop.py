@@ -1,4 +1,4 @@
-"""The Trainer's checkpointed fit (components/trainer/fit_loop.py, issue 16): exactly the
+"""The Trainer's checkpointed fit (components/trainer/fit_loop.py): exactly the
 steps asked (also after a resume), validation at every checkpoint recorded in the training
 curve, ``keep: best``, and progress lines within an interval (with a fake clock).
 

@@ -112,7 +112,7 @@ def test_killed_training_resumes_from_last_checkpoint(bert_examples):
     assert f"Resuming from the checkpoint in {tmp / 'backup'} at step {saved_epoch * 10}" \
         in output
 
-    # Exact resume (issue 18): the input continues after the batches the checkpointed steps
+    # Exact resume: the input continues after the batches the checkpointed steps
     # trained on, so the final weights equal those of a run that was never killed.
     uninterrupted = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("run_fn_check.py")),

@@ -1,5 +1,5 @@
 """The hashed train/eval split warns when the eval share lands far from ``eval_fraction``
-(issue 16: 0.2 on a 35-article SQuAD file gave 10.3% with no warning): logged and recorded in
+(0.2 on a 35-article SQuAD file gives 10.3%): logged and recorded in
 the ingestion report."""
 
 import logging

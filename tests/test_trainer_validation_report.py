@@ -1,5 +1,5 @@
 """The evaluation report plots the validation loss and metric, evaluated at each
-checkpoint, beside the training curve and names the kept (best) checkpoint (issue 16)."""
+checkpoint, beside the training curve and names the kept (best) checkpoint."""
 
 import io
 

@@ -1,5 +1,5 @@
 """ULMFiT classifier fine-tuning (Howard & Ruder 2018 §3.3): how the reference
-implementation's optimizer and head behave where Keras's defaults differ (issue 13)."""
+implementation's optimizer and head behave where Keras's defaults differ."""
 
 import keras
 import numpy as np

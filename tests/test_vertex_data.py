@@ -1,4 +1,4 @@
-"""What a recipe needs before it runs on Vertex AI (pipelines/vertex.py, issue 16): local
+"""What a recipe needs before it runs on Vertex AI (pipelines/vertex.py): local
 data paths refused in one line naming the field, or staged to the pipeline root
 (tf.io.gfile; a local folder stands in for gs://) with the paths rewritten; Dataflow's flags
 completed for the Beam stages; the `compile` command line."""

@@ -1,4 +1,4 @@
-"""The Dockerfile of the image Vertex AI tasks run (issue 16).
+"""The Dockerfile of the image Vertex AI tasks run.
 
 CI has no Docker daemon, so the image is not built here; what decides whether it would work
 is checked instead: the base image is TFX's own at the version constraints.txt pins, every

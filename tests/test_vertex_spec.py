@@ -1,6 +1,6 @@
-"""Tasks of the COMPILED Vertex AI pipeline JSON executed the way Vertex executes them
-(issue 16): for each task, the container ``command`` + ``args`` of its executor in
-``deploymentSpec`` run as a subprocess with this venv's python, ``{{$}}`` replaced by the
+"""Tasks of the COMPILED Vertex AI pipeline JSON executed the way Vertex executes them: for
+each task, the container ``command`` + ``args`` of its executor in ``deploymentSpec`` run
+as a subprocess with this venv's python, ``{{$}}`` replaced by the
 KFP v2 ``ExecutorInput`` JSON (the task's constant parameters, its input artifacts as the
 producing task's ``executor_output.json`` described them, output artifacts and the output
 file at URIs under a local stand-in for the ``gs://`` pipeline root). Ingestion ->

@@ -1,4 +1,4 @@
-"""VocabularyGen's word counting by distinct line pieces (issue 17): byte-level BPE
+"""VocabularyGen's word counting by distinct line pieces: byte-level BPE
 (``bpe.count_words``) and WordPiece (``wordpiece.count_lines_plain``, plain Python) give
 the counts of splitting every line on its own with the tokenizer's steps."""
 

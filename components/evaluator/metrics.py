@@ -189,7 +189,7 @@ def passes(metric: str, value: float, threshold: float | None,
 
 
 # What each reported figure means, as the Evaluator's report and ``lmfactory evaluate`` print
-# it beside the value (issue 16: metrics say what they mean).
+# it beside the value, so that a metric says what it means.
 MEANINGS = {
     "accuracy": "fraction of the evaluated examples predicted right, each counted once",
     "macro_f1": "unweighted mean of the per-class F1 scores",

@@ -1,4 +1,4 @@
-"""Relation-classification data built from KG-linked text (issue 15; ERNIE §4.4 fine-tunes
+"""Relation-classification data built from KG-linked text (ERNIE §4.4 fine-tunes
 on FewRel and TACRED, sentences whose two marked entities hold a relation).
 
 Sentences of the given text sources are linked to the knowledge graph (`EntityMatcher`, the

@@ -1,4 +1,4 @@
-"""Entity-typing data built from KG-linked text (issue 15; ERNIE §4.1 fine-tunes on FIGER
+"""Entity-typing data built from KG-linked text (ERNIE §4.1 fine-tunes on FIGER
 and Open Entity: a sentence, one marked entity mention, the entity's fine-grained types,
 several at once).
 

@@ -1,10 +1,10 @@
 """The worker side of PretrainingExampleGen's Beam pipeline (``executor.py`` builds the graph).
 
 This module is what a Beam SDK worker unpickles, so it imports only the standard library,
-numpy, Beam and protobuf (issue 17: a worker that imported the executor imported TFX,
-TensorFlow, Keras and every architecture, seconds per worker process before its first
-document). What the steps need of the vocabulary and the objective is resolved in the
-launching process and shipped inside the pickled steps:
+numpy, Beam and protobuf (a worker that imports the executor imports TFX, TensorFlow,
+Keras and every architecture, seconds per worker process before its first document). What
+the steps need of the vocabulary and the objective is resolved in the launching process and
+shipped inside the pickled steps:
 
 * the tokenizer: for the ``wordpiece`` kind a :class:`plain_wordpiece.PlainWordPiece` holding
   the tokens (same ids as the keras-nlp layer, no TensorFlow); other kinds load the

@@ -22,7 +22,7 @@ retried bundle rewrites the same file (written to a temporary name, then renamed
 The steps' functions live in ``beam_steps.py``, which imports no TensorFlow, TFX or Keras:
 this module resolves the objective, builds its vocabulary state and (``wordpiece`` kind) the
 plain-Python tokenizer once, and ships them inside the pickled steps, so a worker that
-tokenizes WordPiece and builds ``bert_mlm_nsp`` shards starts without TensorFlow (issue 17).
+tokenizes WordPiece and builds ``bert_mlm_nsp`` shards starts without TensorFlow.
 """
 
 from __future__ import annotations

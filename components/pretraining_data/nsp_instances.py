@@ -4,7 +4,7 @@ adaptations are described in ``bert_mlm_nsp.py``, which registers the objective.
 
 Here so that a Beam worker that builds a shard imports numpy and the standard library only
 (``bert_mlm_nsp.py`` registers the objective, and the registry imports ``lmfactory.models``):
-the pickled step refers to :func:`shard_examples` of this module (issue 17).
+the pickled step refers to :func:`shard_examples` of this module.
 """
 
 from __future__ import annotations

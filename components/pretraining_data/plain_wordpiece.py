@@ -5,7 +5,7 @@ PretrainingExampleGen tokenizes its corpus in Beam SDK worker processes. With th
 tokenizer (``models/tokenizers/wordpiece.py``: ``BertWordPieceTokenizer``, a keras-nlp
 ``WordPieceTokenizer`` after BERT's normalisation in TF ops) every worker process imports
 TensorFlow, tf-text and keras-nlp before its first document, seconds of fixed cost per
-process (issue 17). keras-nlp and tf-text offer no tokenizer that runs without TensorFlow,
+process. keras-nlp and tf-text offer no tokenizer that runs without TensorFlow,
 so this module writes the same steps with the standard library (the mechanism they lack is
 "no TensorFlow"); the ids are the keras-nlp layer's (tests/test_plain_wordpiece.py compares
 them on the WikiText-2 corpus and on crafted text), and the trained model and SavedModel keep

@@ -1,4 +1,4 @@
-"""Callbacks of the checkpointed fit (fit_loop.py) that act at a checkpoint (issue 16).
+"""Callbacks of the checkpointed fit (fit_loop.py) that act at a checkpoint.
 
 * `StepLimit` ends the training at exactly the requested optimizer step, inside the last
   (shorter) checkpoint interval, so ``steps: 500`` with ``steps_per_checkpoint: 200`` trains

@@ -1,6 +1,6 @@
 """Progress inside a checkpoint interval: a Keras callback that logs the step, loss, rate and
 ETA through ``logging`` (the lines the LocalDagRunner and Vertex show), so a long interval is
-not silent between Keras's one line per "epoch" (issue 16).
+not silent between Keras's one line per "epoch".
 
 Keras's own progress bar redraws a terminal line (useless in a log) or, with ``verbose=2``,
 prints once per epoch; `ProgressLogger` logs at a time cadence OR a step cadence, whichever

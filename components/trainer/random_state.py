@@ -1,5 +1,5 @@
 """The model's random-number state kept with the training backup, so a resumed run draws the
-same dropout masks as an uninterrupted one (issue 18: exact resume).
+same dropout masks as an uninterrupted one (exact resume).
 
 Keras ``BackupAndRestore`` checkpoints the weights and the optimizer; the states of the
 layers' ``SeedGenerator``s (dropout and every other Keras random op) are not among a layer's

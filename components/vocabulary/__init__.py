@@ -2,7 +2,7 @@
 fixed byte vocabulary) as a Beam-powered TFX component.
 
 The names below are imported on first use: a Beam SDK worker unpickling the counting step
-(``counting.py``) imports this package, and must not pay for TFX and TensorFlow (issue 17).
+(``counting.py``) imports this package, and must not pay for TFX and TensorFlow.
 """
 
 import importlib

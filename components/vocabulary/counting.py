@@ -6,7 +6,7 @@ Beam, protobuf and the light per-kind modules; TensorFlow (and, through
 ``lmfactory.models``, Keras and every architecture) is imported only by the kinds whose
 pre-tokenization runs TensorFlow ops (SentencePiece, word), when they first count. A worker
 that counts WordPiece or byte-level BPE words, or bytes, starts without TensorFlow (~3-4 s
-less per worker process, issue 17). WordPiece and BPE count each distinct space-separated
+less per worker process). WordPiece and BPE count each distinct space-separated
 piece of a batch once (``wordpiece.count_lines_plain``, ``bpe.count_words``).
 
 Counting per bundle (:class:`CountWordsFn`): the lines of a bundle are pre-tokenized in

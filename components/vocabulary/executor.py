@@ -10,7 +10,7 @@ the kind's splitting needs it), count words with a combiner (``CombinePerKey(sum
 before the shuffle on Dataflow / Flink / Spark), keep the ``max_unique_words`` most frequent
 and write that (word, count) list to one file. The learner then runs once, in the process
 that ran the pipeline (it has TensorFlow imported already; a worker would import it, and
-Keras, for this one step: seconds, issue 17), and writes the vocabulary folder (CONTRACTS
+Keras, for this one step: seconds), and writes the vocabulary folder (CONTRACTS
 §2).
 Each kind's counting, learner and checks are its record in the learner registry
 (``learners.py``).

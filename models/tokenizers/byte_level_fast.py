@@ -21,10 +21,10 @@ vocabulary, merges, word cache, merge loop, detokenizer and config, and changes 
 
 The graph is kept small on purpose: a ``tf.data`` iterator re-instantiates its map function
 each time it starts, i.e. every epoch, and through ``Dataset.map`` that includes placement
-and Grappler on the whole graph (issue 17, benchmarks/tokenization.py's fixed-cost table;
+and Grappler on the whole graph (benchmarks/tokenization.py's fixed-cost table;
 ``lmfactory.models.host_map`` instantiates it without them). The rare paths (keras-nlp's
 split, the merge loop) sit in ``tf.cond`` branches of the same graph, run only when a batch
-needs them: as separate non-inlined functions they were instantiated as multi-device
+needs them: as separate non-inlined functions they would be instantiated as multi-device
 functions (Grappler included) at their first call in every iterator, ~0.1 s or more a pass
 over text with words outside the word table.
 

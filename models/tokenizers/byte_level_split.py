@@ -191,7 +191,7 @@ def keras_nlp_split(texts: tf.Tensor, unsplittable_tokens=None):
     them). keras-nlp builds a validated ``RaggedTensor`` after every split, rank 2 to 4:
     about 1,000 graph nodes and 70 assertion functions, which every function that may call
     this one carries in its library and which a tf.data iterator re-optimises each time it
-    starts (issue 17); this is about 40 nodes.
+    starts; this is about 40 nodes.
 
     Returns ``(words, row_splits)``: 1-D strings and [batch + 1] int64.
     """
