@@ -326,15 +326,18 @@ def render() -> str:
         "architecture and task kind).",
         "",
         f"Every exported model carries `{ASSETS_EXTRA}/{WARMUP_FILE}`: one `PredictionLog` "
-        "per signature built from the task's first eval examples, checked against the "
-        "signature at export (components/pusher/warmup.py). The model server replays them "
-        "when it loads a version, before the version takes traffic.",
+        "per signature built from the task's first eval examples, run through the "
+        "signature at export and logged with the response it gave (the outputs two calls "
+        "agree on: a sampler's draw is left out; components/pusher/warmup.py). The model "
+        "server replays the requests when it loads a version, before the version takes "
+        "traffic, and ignores the responses.",
         "",
         "Before a push, the Pusher loads the model the way the model server does: "
         "TensorFlow's C API (`TF_LoadSessionFromSavedModel`, then `TF_SessionRun` by the "
         "SignatureDefs' tensor names) in a process without TensorFlow's Python package, "
         "tensorflow_text's kernels registered with `TF_LoadLibrary`. Every warm-up request "
-        "runs there and its outputs must equal Python's; a model that fails is refused in "
+        "runs there and its outputs must equal the recorded response (at most 1e-5, strings "
+        "equal; a sampled output by dtype and batch size); a model that fails is refused in "
         "one line naming the signature (components/pusher/loader_check.py, the job TFX's "
         "InfraValidator does with a real server in Docker). `saved_model_cli run` also loads "
         "the MetaGraph into a Session and restores the variables with the saver's op:",
