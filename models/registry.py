@@ -120,6 +120,10 @@ class Architecture:
             is a ``KnowledgeTrainer`` given the graph, when the recipe has a
             ``knowledge_graph`` section; its ``multiple_choice`` preprocessor then gets the
             stage's concept graph (``task_args["concept_graph"]``).
+        serving_length_multiple: a serving signature cuts a request's packed inputs
+            after its longest row, rounded up to this multiple (models/request_length.py);
+            None for an architecture whose outputs depend on the padded length, which is
+            then always called at its packed length.
     """
 
     name: str
@@ -139,6 +143,7 @@ class Architecture:
     knowledge_init: Optional[Callable] = None
     links_entities: bool = False
     concept_paths: bool = False
+    serving_length_multiple: Optional[int] = 8
 
     def __post_init__(self):
         if self.causal is None:
@@ -160,6 +165,11 @@ class Architecture:
         if unknown:
             raise ValueError(f"Architecture {self.name!r}: unknown checkpoint format(s) "
                              f"{unknown}; known: {CHECKPOINT_FORMATS}")
+        multiple = self.serving_length_multiple
+        if multiple is not None and (isinstance(multiple, bool) or not isinstance(multiple, int)
+                                     or multiple < 1):
+            raise ValueError(f"Architecture {self.name!r}: serving_length_multiple must be a "
+                             f"positive int or None, got {multiple!r}")
         unknown = sorted(set(self.preprocessors) - set(self.task_kinds))
         if unknown:
             raise ValueError(f"Architecture {self.name!r}: preprocessors for {unknown}, "
@@ -176,22 +186,38 @@ class Architecture:
                              f"{objective!r}; it trains {self.objectives}")
         return self.pretrainers[objective]
 
+    def _family_heads(self) -> dict:
+        """Its family's default heads. An architecture whose inputs carry linked entities
+        keeps only those of the kinds it packs itself: the default packing of the others
+        (e.g. the token classifier's) gives its backbone no entity ids."""
+        heads = _FAMILY_HEADS[self.family]
+        if self.links_entities:
+            return {kind: head for kind, head in heads.items() if kind in self.preprocessors}
+        return heads
+
     @property
     def task_kinds(self) -> tuple:
         """The task kinds it has a head for: its own, then its family's defaults."""
-        return tuple(dict.fromkeys([*self.heads, *_FAMILY_HEADS[self.family]]))
+        return tuple(dict.fromkeys([*self.heads, *self._family_heads()]))
 
     def has_head(self, task_kind: str) -> bool:
-        return task_kind in self.heads or task_kind in _FAMILY_HEADS[self.family]
+        return task_kind in self.heads or task_kind in self._family_heads()
 
     def head(self, task_kind: str) -> Callable:
         """The head fine-tuned for ``task_kind`` (its own, else its family's default)."""
         if task_kind in self.heads:
             return self.heads[task_kind]
-        if task_kind in _FAMILY_HEADS[self.family]:
-            return _FAMILY_HEADS[self.family][task_kind]
+        if task_kind in self._family_heads():
+            return self._family_heads()[task_kind]
         raise ValueError(f"Architecture {self.name!r} ({self.family}) has no {task_kind} "
-                         f"head; its heads: {list(self.task_kinds) or 'none'}")
+                         f"head{self._why_no_family_head(task_kind)}; its heads: "
+                         f"{list(self.task_kinds) or 'none'}")
+
+    def _why_no_family_head(self, task_kind: str) -> str:
+        if task_kind in _FAMILY_HEADS[self.family]:  # left out by `_family_heads`
+            return (f": its inputs carry linked knowledge-graph entities, which the "
+                    f"{task_kind} packing does not give")
+        return ""
 
     def preprocessor(self, task_kind: str) -> Optional[Callable]:
         """Its own input packing for ``task_kind`` (e.g. GPT-1 §3.3), or None for the

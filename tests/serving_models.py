@@ -24,7 +24,6 @@ import tensorflow as tf
 
 from lmfactory import models
 from lmfactory.components import tasks as task_kinds
-from lmfactory.components.pusher import warmup
 from lmfactory.components.trainer import export as export_lib
 from lmfactory.models.tokenizers import load_tokenizer
 from conformance import tiny
@@ -261,20 +260,30 @@ def _exported(architecture: str, kind: str, variant: str) -> tuple:
     return export_dir, model_config
 
 
-@functools.lru_cache(maxsize=None)
 def warmed(architecture: str, kind: str) -> str:
     """A copy of the pair's SavedModel folder with TF Serving's warm-up requests written into
-    it, as the Trainer's export writes them (from three eval records of the kind,
-    `eval_rows`). The graph is the export's: `loaded` of the export serves for both."""
+    it by the Trainer's export step (`export.write_warmup`, from three eval records of the
+    kind, `eval_rows`), once per process. The graph is the export's: `loaded` of the export
+    serves for both."""
+    return _warmed(architecture, kind)[0]
+
+
+def warmup_summary(architecture: str, kind: str) -> dict:
+    """What `export.write_warmup` returned for `warmed`'s folder."""
+    return _warmed(architecture, kind)[1]
+
+
+@functools.lru_cache(maxsize=None)
+def _warmed(architecture: str, kind: str) -> tuple:
     export_dir, model_config = exported(architecture, kind)
     warmed_dir = os.path.join(_ROOT, f"{architecture}_{kind}_warmed", "Format-Serving")
     shutil.copytree(export_dir, warmed_dir)
     pattern = write_records(os.path.join(_ROOT, f"{architecture}_{kind}_eval"),
                             eval_rows(kind, architecture))
-    summary = warmup.write_warmup_requests(warmed_dir, pattern, model_config,
-                                           vocabulary(architecture), loaded=loaded(export_dir))
-    assert summary and not summary["skipped"], (architecture, kind, summary)
-    return warmed_dir
+    summary = export_lib.write_warmup(warmed_dir, pattern, model_config,
+                                      vocabulary(architecture), loaded=loaded(export_dir))
+    assert summary and summary["requests"], (architecture, kind, summary)
+    return warmed_dir, summary
 
 
 # --------------------------------------------------------------------- eval records

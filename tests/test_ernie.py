@@ -41,6 +41,24 @@ def test_registry_record_and_paper_sizes():
         (6, 6, 768, 12, 100, 4)
 
 
+def test_kinds_without_linked_entities_are_refused_at_the_recipe():
+    """ERNIE's inputs carry the entities linked in its examples (§3.3): the default packing
+    of tagging, span QA and multiple choice gives none, so those kinds are refused when the
+    recipe loads, in one line naming the field, not by a missing input deep in a stage."""
+    from lmfactory.recipe import RecipeError, load_recipe
+
+    arch = models.get("ernie")
+    assert arch.has_head("classification")  # also relation classification's and typing's
+    for kind in ("tagging", "span_qa", "multiple_choice"):
+        assert not arch.has_head(kind)
+        with pytest.raises(ValueError, match="linked knowledge-graph entities"):
+            arch.head(kind)
+    with pytest.raises(RecipeError, match="packs no linked entities") as error:
+        load_recipe("ernie_fb15k237_sst2", ["finetuning.task=tagging",
+                                            "data.task.format=conll"])
+    assert error.value.field == "finetuning.task"
+
+
 def _inputs(batch=2, seq=9, seed=0):
     rng = np.random.default_rng(seed)
     return {"token_ids": rng.integers(5, len(VOCAB), (batch, seq)).astype("int32"),

@@ -125,6 +125,26 @@ def test_multi_chunk_lsh_is_padding_invariant():
     np.testing.assert_allclose(a[mask == 1], b[mask == 1], atol=1e-5)
 
 
+def test_multi_chunk_lsh_outputs_depend_on_the_padded_length():
+    """With several LSH chunks the chunk a key lands in depends on the sorted buckets of the
+    whole (padded) sequence, so cutting trailing padding changes real positions' outputs:
+    the registry keeps Reformer's serving signatures at the packed length."""
+    from lmfactory.models.request_length import call_on_longest
+
+    backbone = small_backbone(dropout=0.0)
+    assert models.get("reformer").serving_length_multiple is None
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 50, (2, 24)).astype("int32")
+    mask = np.ones_like(ids)
+    mask[0, 9:] = 0
+    mask[1, 5:] = 0
+    inputs = {"token_ids": tf.constant(ids * mask), "padding_mask": tf.constant(mask)}
+    full = backbone(inputs, training=False)["sequence_output"].numpy()
+    cut = call_on_longest(backbone, inputs, 8, sequence_outputs=("sequence_output",))
+    difference = np.abs(full[mask == 1] - cut["sequence_output"].numpy()[mask == 1]).max()
+    assert difference > 1e-4, difference
+
+
 def test_reversible_backward_equals_standard_backward():
     """Same layers, same dropout and hash seeds: gradients of the reversible stack's
     recomputing backward pass equal those of storing all activations (§3)."""

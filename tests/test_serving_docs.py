@@ -1,6 +1,7 @@
 """docs/SERVING.md: the committed page is the generator's output, each signature
 it describes is the one its task kind exports, and every REST body and gRPC request on the
-page runs through that signature (the REST body read as TF Serving's REST API reads it).
+page runs through that signature (the REST body read as TF Serving's REST API reads it),
+in Python and through TF Serving's loader (the C API) with the same outputs.
 The models are tiny untrained exports of each kind (tests/serving_models.py)."""
 
 import json
@@ -14,7 +15,7 @@ from google.protobuf import text_format
 from tensorflow_serving.apis import predict_pb2
 from tensorflow_serving.config import model_server_config_pb2
 
-from lmfactory.components.pusher import op_audit, signature_docs, warmup
+from lmfactory.components.pusher import loader_check, op_audit, signature_docs, warmup
 
 import serving_models
 
@@ -27,12 +28,12 @@ def page():
         return f.read()
 
 
-def _signature(doc):
+def _export(doc) -> str:
     architecture = serving_models.example_case(doc.kind)
     export_dir, _ = serving_models.exported(architecture, doc.kind, doc.variant)
     # the documented models (regression and single-feature ones too) pass the op audit
     assert op_audit.unservable_ops(op_audit.saved_model_ops(export_dir)) == {}
-    return serving_models.loaded(export_dir).signatures[doc.signature]
+    return export_dir
 
 
 def _block(page, mark, language):
@@ -60,7 +61,8 @@ def test_every_task_kind_is_documented():
 @pytest.mark.parametrize("doc_id", list(DOCS))
 def test_page_requests_run_through_the_signature(doc_id, page):
     doc = DOCS[doc_id]
-    signature = _signature(doc)
+    export_dir = _export(doc)
+    signature = serving_models.loaded(export_dir).signatures[doc.signature]
     specs = signature.structured_input_signature[1]
     # the documented inputs and outputs are the exported ones
     assert {p.name: p.dtype for p in doc.inputs} == {n: s.dtype.name for n, s in specs.items()}
@@ -70,7 +72,8 @@ def test_page_requests_run_through_the_signature(doc_id, page):
     # the REST body of the page, read as the model server reads it
     body = json.loads(_block(page, signature_docs.REST_MARK.format(id=doc.id), "json"))
     assert body["signature_name"] == doc.signature
-    rest = signature(**signature_docs.rest_tensors(body, specs))
+    rest_inputs = signature_docs.rest_tensors(body, specs)
+    rest = signature(**rest_inputs)
     batch = len(next(iter(doc.example.values())))
     # the gRPC request of the page, built by its own code
     namespace = {"tf": tf, "predict_pb2": predict_pb2}
@@ -87,6 +90,17 @@ def test_page_requests_run_through_the_signature(doc_id, page):
             assert grpc[port.name].shape[0] == batch
         else:
             np.testing.assert_array_equal(grpc[port.name].numpy(), rest[port.name].numpy())
+    # the REST body through TF Serving's loader (the C API, loader_check.py): the outputs
+    # Python gives for it (two calls agreeing: a sampled output by dtype and batch size)
+    request = warmup.predict_request(doc.signature, {name: value.numpy() for name, value in
+                                                     rest_inputs.items()})
+    interface = loader_check.ServingInterface(
+        loader_check.read_signature_defs(export_dir), (request,),
+        (warmup.recorded_response(signature, request),))
+    report = loader_check.check_saved_model(export_dir, interface)
+    assert not report.problems, f"{doc.id}: {report.problems}"
+    assert [check.signature for check in report.checks] == [doc.signature]
+    assert doc.columnar or not report.checks[0].sampled  # only a generator samples
 
 
 def test_rest_reader_follows_the_model_servers_rules():

@@ -26,14 +26,13 @@ KINDS = sorted({kind for _, kind in serving_models.serving_cases()})
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_warmup_requests_parse_and_run_through_every_signature(kind, tmp_path):
+def test_warmup_requests_parse_and_run_through_every_signature(kind):
+    """The Trainer's warm-up file of the kind's first architecture (the copy the loader
+    check of tests/test_serving_ops.py also runs)."""
     architecture = serving_models.example_case(kind)
-    export_dir, model_config = serving_models.exported(architecture, kind)
-    model_dir = str(tmp_path / "Format-Serving")
-    shutil.copytree(export_dir, model_dir)
-    pattern = serving_models.write_records(str(tmp_path / "Split-eval"), serving_models.eval_rows(kind, architecture))
-    summary = export_lib.write_warmup(model_dir, pattern, model_config,
-                                      serving_models.vocabulary(architecture))
+    export_dir, _ = serving_models.exported(architecture, kind)
+    model_dir = serving_models.warmed(architecture, kind)
+    summary = serving_models.warmup_summary(architecture, kind)
     loaded = serving_models.loaded(export_dir)  # the same graph (the copy adds assets)
     assert summary["skipped"] == {} and sorted(summary["signatures"]) == \
         sorted(loaded.signatures)
@@ -50,6 +49,11 @@ def test_warmup_requests_parse_and_run_through_every_signature(kind, tmp_path):
         batched = [t for t in tensors.values() if t.shape.rank]
         assert batched and all(t.shape[0] >= 1 for t in batched)
         assert set(outputs) == set(signature.structured_outputs)
+        # the recorded response: the outputs two calls agree on, as the signature gives them
+        response = log.predict_log.response
+        assert set(response.outputs) <= set(outputs) and response.outputs
+        for key, proto in response.outputs.items():
+            assert tf.make_ndarray(proto).shape == tuple(outputs[key].shape), key
 
 
 def test_records_without_the_inputs_give_no_requests_and_a_reason(tmp_path, caplog):

@@ -12,7 +12,9 @@ libraries (tensorflow_text's ``_*.so``) with ``TF_LoadLibrary`` as the server li
 Usage: ``python c_api_runner.py REQUEST_DIR``. ``REQUEST_DIR/spec.json`` names the model,
 its tags, the libraries holding the C API (loaded in order, RTLD_GLOBAL), the op libraries
 and the runs: feeds (``values``, a flat row-major list, or ``file``, a ``.npy`` in
-REQUEST_DIR) and fetches, by graph tensor name ``op_name:index``. A fetched tensor goes to
+REQUEST_DIR) and fetches, by graph tensor name ``op_name:index``, and optionally ``repeat``
+(run it that many times: ``seconds`` is the first run's, ``repeat_seconds`` the others'; a
+benchmark's latencies). A fetched tensor goes to
 ``REQUEST_DIR/<file>`` as ``.npy`` (bfloat16 as float32), a string one to ``<file>.json``
 (``{"shape", "values"}``). ``result.json`` reports the load and each run; it is rewritten
 after the load and after every run, so a crash inside TensorFlow leaves the runs done so
@@ -126,6 +128,8 @@ def _read_spec(request_dir):
         _require(spec["libraries"], "no libraries")
         for run in spec["runs"]:
             _require(isinstance(run["name"], str), "a run's name is not a string")
+            _require(isinstance(run.get("repeat", 1), int) and run.get("repeat", 1) >= 1,
+                     "a run's repeat is not a positive integer")
             for feed in run["inputs"]:
                 _require(feed["dtype"] in DTYPES, f"unsupported dtype {feed['dtype']!r}")
                 _require(isinstance(feed["tensor"], str) and isinstance(feed["shape"], list),
@@ -255,14 +259,22 @@ def _run(api, graph, session, run, request_dir):
         for feed in run["inputs"]:
             feeds.append(_make_tensor(api, feed, request_dir))
         n_in, n_out = len(in_ports), len(out_ports)
-        out_values = (_P * n_out)()
-        start = time.perf_counter()
-        api.SessionRun(session, None, (TF_Output * n_in)(*in_ports),
-                       (_P * n_in)(*[tensor for tensor, _ in feeds]), n_in,
-                       (TF_Output * n_out)(*out_ports), out_values, n_out, None, 0, None, status)
-        entry["seconds"] = round(time.perf_counter() - start, 6)
-        fetched = [tensor for tensor in out_values if tensor]
-        api.check(status)
+        times = []
+        for _ in range(int(run.get("repeat", 1))):
+            for tensor in fetched:  # an earlier repetition's outputs
+                api.DeleteTensor(tensor)
+            out_values = (_P * n_out)()
+            start = time.perf_counter()
+            api.SessionRun(session, None, (TF_Output * n_in)(*in_ports),
+                           (_P * n_in)(*[tensor for tensor, _ in feeds]), n_in,
+                           (TF_Output * n_out)(*out_ports), out_values, n_out, None, 0, None,
+                           status)
+            times.append(round(time.perf_counter() - start, 6))
+            fetched = [tensor for tensor in out_values if tensor]
+            api.check(status)
+        entry["seconds"] = times[0]
+        if len(times) > 1:
+            entry["repeat_seconds"] = times[1:]
         for fetch, tensor in zip(run["outputs"], out_values):
             entry["outputs"].append(_save_output(api, tensor, fetch["file"], request_dir))
         entry["ok"] = True

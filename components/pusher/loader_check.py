@@ -108,7 +108,8 @@ def _feed(name: str, value: np.ndarray, folder: str, file: str) -> dict:
             "file": file}
 
 
-def _spec(export_dir: str, requests: list, signature_defs: dict, folder: str) -> dict:
+def _spec(export_dir: str, requests: list, signature_defs: dict, folder: str,
+          repeat: int = 1) -> dict:
     runs = []
     for index, request in enumerate(requests):
         name = request.model_spec.signature_name or "serving_default"
@@ -120,7 +121,7 @@ def _spec(export_dir: str, requests: list, signature_defs: dict, folder: str) ->
                        f"in_{index}_{position}.npy")
                  for position, (key, proto) in enumerate(sorted(request.inputs.items()))]
         keys = sorted(signature.outputs)
-        runs.append({"name": name, "keys": keys, "inputs": feeds,
+        runs.append({"name": name, "keys": keys, "inputs": feeds, "repeat": int(repeat),
                      "outputs": [{"tensor": signature.outputs[key].name,
                                   "file": f"out_{index}_{position}.npy"}
                                  for position, key in enumerate(keys)]})
@@ -129,9 +130,11 @@ def _spec(export_dir: str, requests: list, signature_defs: dict, folder: str) ->
             "runs": runs}
 
 
-def run_c_api(export_dir: str, requests: list, signature_defs: dict, folder: str) -> tuple:
-    """Runs ``requests`` through c_api_runner.py; returns ``(spec, result)``."""
-    spec = _spec(export_dir, requests, signature_defs, folder)
+def run_c_api(export_dir: str, requests: list, signature_defs: dict, folder: str,
+              repeat: int = 1) -> tuple:
+    """Runs ``requests`` through c_api_runner.py (each ``repeat`` times); returns
+    ``(spec, result)``."""
+    spec = _spec(export_dir, requests, signature_defs, folder, repeat)
     with open(os.path.join(folder, "spec.json"), "w", encoding="utf-8") as f:
         json.dump(spec, f)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -144,6 +147,21 @@ def run_c_api(export_dir: str, requests: list, signature_defs: dict, folder: str
                            f"{tail[0]}")
     with open(result_path, encoding="utf-8") as f:
         return spec, json.load(f)
+
+
+def c_api_latencies(export_dir: str, requests: list, repeat: int) -> list:
+    """Seconds of ``repeat`` timed ``TF_SessionRun`` calls of each request, in one process
+    of TF Serving's loader, after an untimed first call (the version's warm-up); a
+    benchmark's figures. RuntimeError when a request fails."""
+    with tempfile.TemporaryDirectory(prefix="lmfactory_loader_latency_") as folder:
+        _, result = run_c_api(export_dir, requests, read_signature_defs(export_dir), folder,
+                              repeat + 1)
+    if not result["loaded"]:
+        raise RuntimeError(f"The C API cannot load {export_dir}: {result['load_error']}")
+    failed = [run["error"] for run in result["runs"] if not run["ok"]]
+    if failed:
+        raise RuntimeError(f"A request failed in the C API: {failed[0]}")
+    return [run["repeat_seconds"] for run in result["runs"]]
 
 
 def _read_output(folder: str, output: dict) -> np.ndarray:
@@ -289,5 +307,6 @@ def check_before_push(export_dir: str, interface: ServingInterface | None = None
                      for c in report.checks) or "no warm-up requests to run")
 
 
-__all__ = ["ATOL", "LoaderReport", "ServingInterface", "SignatureCheck", "c_api_libraries", "check_before_push",
+__all__ = ["ATOL", "LoaderReport", "ServingInterface", "SignatureCheck", "c_api_latencies",
+           "c_api_libraries", "check_before_push",
            "check_saved_model", "read_interface", "read_signature_defs", "run_c_api"]

@@ -325,6 +325,14 @@ def render() -> str:
         "other op (components/pusher/op_audit.py; tests/test_serving_ops.py audits every "
         "architecture and task kind).",
         "",
+        "A request costs what its sentences need, not the packed length: the signatures of "
+        "encoder models (classification, regression, relation classification, entity "
+        "typing, tagging, span QA, multiple choice) pack the request as training did, then "
+        "run the model only up to the batch's longest row, rounded up to a multiple of 8, "
+        "and pad per-position results back (models/request_length.py). The answers are "
+        "those of the full packed length (at most 1e-5); batching requests of similar "
+        "lengths together saves the most.",
+        "",
         f"Every exported model carries `{ASSETS_EXTRA}/{WARMUP_FILE}`: one `PredictionLog` "
         "per signature built from the task's first eval examples, run through the "
         "signature at export and logged with the response it gave (the outputs two calls "

@@ -80,6 +80,9 @@ class TaskKind:
                                                    f"{unknown}")
 
     def missing_head_message(self, arch) -> str:
+        if arch.links_entities and arch.family == "encoder":
+            return (f"{self.recipe_name} fine-tuning packs no linked entities, which "
+                    f"{arch.name}'s inputs carry; its heads: {list(arch.task_kinds)}")
         return (f"{self.recipe_name} fine-tuning needs an encoder or an architecture with "
                 f"its own {self.head} head; {arch.name} is a {arch.family} with heads "
                 f"{list(arch.task_kinds)}")

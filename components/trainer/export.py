@@ -30,13 +30,15 @@ def export_serving_model(task_model, vocab_dir: str, model_config: dict, export_
 
 
 def write_warmup(serving_model_dir: str, eval_files: str, model_config: dict,
-                 vocab_dir: str) -> dict | None:
-    """The SavedModel's warm-up requests from the first eval records; a failure is logged,
-    never fatal (the model serves without them, its first requests slower)."""
+                 vocab_dir: str, loaded=None) -> dict | None:
+    """The SavedModel's warm-up requests from the first eval records (``loaded``: the model
+    already loaded by ``tf.saved_model.load``, if any); a failure is logged, never fatal
+    (the model serves without them, its first requests slower)."""
     from lmfactory.components.pusher.warmup import write_warmup_requests
 
     try:
-        return write_warmup_requests(serving_model_dir, eval_files, model_config, vocab_dir)
+        return write_warmup_requests(serving_model_dir, eval_files, model_config, vocab_dir,
+                                     loaded=loaded)
     except (OSError, ValueError, tf.errors.OpError) as error:
         logging.error("No TF Serving warm-up requests written for %s: %s", serving_model_dir,
                       str(error).strip().splitlines()[0] if str(error).strip() else error)

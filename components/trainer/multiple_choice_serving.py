@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from lmfactory.models import saved_model
 from lmfactory.models.encoder_utils import model_inputs
+from lmfactory.models.request_length import call_on_longest, serving_multiple
 
 SERVING_SIGNATURE = "serving_default"
 
@@ -39,6 +40,8 @@ class MultipleChoiceServing(tf.Module):
 
         super().__init__(name="multiple_choice_serving")
         self.preprocessor = preprocessor
+        # each request runs at its longest choice's length (models/request_length.py)
+        self.length_multiple = serving_multiple(model)
         if isinstance(getattr(model, "output", None), dict):  # the same weights, logits only
             num_choices = num_choices or model.num_classes
             model = keras.Model(model.input, model.output["logits"])
@@ -75,7 +78,8 @@ class MultipleChoiceServing(tf.Module):
                 context = tf.reshape(context, [-1])
                 choices = tf.reshape(choices, [-1, num_choices])
             packed = model_inputs(self.model, self.preprocessor((context, choices)))
-            logits = tf.cast(self.model(packed, training=False), tf.float32)
+            logits = tf.cast(call_on_longest(self.model, packed, self.length_multiple),
+                             tf.float32)
             probabilities = tf.nn.softmax(logits, axis=-1)
             return {"probabilities": probabilities,
                     "label": tf.argmax(probabilities, axis=-1, output_type=tf.int64)}

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from lmfactory.models import saved_model
 from lmfactory.models.classifier_preprocessor import select_inputs
+from lmfactory.models.request_length import call_on_longest, serving_multiple
 
 SERVING_SIGNATURE = "serving_default"
 SERVING_DIR = "Format-Serving"  # the SavedModel's folder in a Model artifact (CONTRACTS §4)
@@ -59,6 +60,8 @@ class ClassifierServing(tf.Module):
         if kind not in ("classification", "regression"):
             raise ValueError(f"kind must be classification or regression, got {kind!r}")
         self.preprocessor = preprocessor
+        # each request runs at its longest row's length (models/request_length.py)
+        self.length_multiple = serving_multiple(model)
         try:  # a functional model's output structure (a subclassed one has none)
             outputs = model.output
         except (AttributeError, ValueError):
@@ -90,7 +93,7 @@ class ClassifierServing(tf.Module):
             texts = [_check_batch_of_strings(name, text)
                      for name, text in zip(self.text_features, texts)]
             packed = select_inputs(self.model, self.preprocessor(tuple(texts)))
-            logits = self.model(packed, training=False)
+            logits = call_on_longest(self.model, packed, self.length_multiple)
             if isinstance(logits, dict):  # e.g. GPT-1's {logits, lm_logits}
                 logits = logits["logits"]
             return self._outputs(logits)
@@ -122,7 +125,9 @@ class MultiLabelServing(ClassifierServing):
 
 
 class EncoderServing(tf.Module):
-    """``serving_default(text) -> {pooled_output [B, H], sequence_output [B, L, H]}``."""
+    """``serving_default(text) -> {pooled_output [B, H], sequence_output [B, L, H]}``: every
+    output of the backbone, at the packed length L (the per-position outputs are the
+    signature's result, so they keep it)."""
 
     def __init__(self, preprocessor, backbone):
         super().__init__(name="encoder_serving")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from lmfactory.models import saved_model
+from lmfactory.models.request_length import serving_multiple
 from lmfactory.models.tasks.ner_training import predict_word_label_ids
 
 SERVING_SIGNATURE = "serving_default"
@@ -37,6 +38,8 @@ class TaggerServing(tf.Module):
         self.preprocessor = preprocessor
         self.model = model
         self.label_vocabulary = tf.constant(list(preprocessor.label_vocabulary))
+        # each request runs at its longest sentence's length (models/request_length.py)
+        self.length_multiple = serving_multiple(model)
 
     def tag(self, sentences):
         check = tf.debugging.assert_rank(
@@ -45,7 +48,8 @@ class TaggerServing(tf.Module):
         with tf.control_dependencies([check]):
             sentences = tf.reshape(sentences, [-1])
         words = tf.strings.split(sentences)
-        label_ids = predict_word_label_ids(self.model, self.preprocessor, words)
+        label_ids = predict_word_label_ids(self.model, self.preprocessor, words,
+                                           self.length_multiple)
         tags = label_ids.with_flat_values(tf.gather(self.label_vocabulary,
                                                     label_ids.flat_values))
         return {"tags": tags.to_tensor(default_value=""),

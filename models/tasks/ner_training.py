@@ -50,11 +50,16 @@ def tagging_dataset(serialized, preprocessor, batch_size: int, shuffle: bool = F
         tf.data.AUTOTUNE)
 
 
-def predict_word_label_ids(model, preprocessor, words):
+def predict_word_label_ids(model, preprocessor, words, length_multiple: int | None = None):
     """Ragged [B, (words)] strings -> ragged [B, (words)] int32 label ids (the argmax at each
-    word's first sub-token; the first label, ``O``, for words with none)."""
+    word's first sub-token; the first label, ``O``, for words with none). With
+    ``length_multiple`` the model runs at the batch's longest row
+    (models/request_length.py)."""
+    from lmfactory.models.request_length import call_on_longest
+
     features = preprocessor(words)
-    logits = model(select_inputs(model, features), training=False)
+    logits = call_on_longest(model, select_inputs(model, features), length_multiple,
+                             sequence_outputs=True)
     token_predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
     return word_predictions(token_predictions, features["word_ids"], words.row_lengths(),
                             default_id=0)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from lmfactory.models import saved_model
+from lmfactory.models.request_length import call_on_longest, serving_multiple
 from lmfactory.models.tasks.span_decoding import MAX_ANSWER_LENGTH, N_BEST_SIZE, decode_graph
+from lmfactory.models.tasks.span_extractor import MASKED_LOGIT
 
 
 class SpanServing(tf.Module):
@@ -30,6 +32,8 @@ class SpanServing(tf.Module):
         self.preprocessor = preprocessor
         self.model = model
         self.model_inputs = tuple(model.input.keys())
+        # each request runs at its longest window's length (models/request_length.py)
+        self.length_multiple = serving_multiple(model)
         self.null_threshold = None if null_threshold is None else float(null_threshold)
         self.n_best_size = int(n_best_size)
         self.max_answer_length = int(max_answer_length)
@@ -43,7 +47,9 @@ class SpanServing(tf.Module):
                                           "size")
         features = self.preprocessor(question, context)
         inputs = {name: tf.cast(features[name], tf.int32) for name in self.model_inputs}
-        outputs = self.model(inputs, training=False)
+        outputs = call_on_longest(self.model, inputs, self.length_multiple,
+                                  sequence_outputs=("start_logits", "end_logits"),
+                                  pad_value=MASKED_LOGIT)  # as the model masks padding
         decoded = decode_graph(features, outputs["start_logits"], outputs["end_logits"],
                                context, self.n_best_size, self.max_answer_length)
         text = decoded["text"]

@@ -268,6 +268,48 @@ def check_padding_invariance(name, backbone=None):
                 f"{name}: a bidirectional model's first position does not see a later token")
 
 
+def check_request_length(name, backbone=None):
+    """Serving at the request's length (models/request_length.py): the backbone called on
+    inputs cut after the batch's longest row, at the architecture's
+    ``serving_length_multiple``, gives the full-length call's outputs at every real position
+    and the same pooled output (at most ``INVARIANCE_ATOL``). An architecture registering
+    None is always served at its packed length (its own tests show why)."""
+    from lmfactory.models.request_length import (call_on_longest, longest_length,
+                                                 serving_multiple)
+
+    backbone = backbone if backbone is not None else build_tiny(name)
+    if "padding_mask" not in input_names(backbone):  # encoder-decoders: generators only
+        assert _family(name) in ("encoder_decoder", "embedding"), name
+        return
+    multiple = models.get(name).serving_length_multiple
+    if multiple is None:  # served at the packed length; its own tests say why
+        assert serving_multiple(backbone) is None
+        return
+    seq = 3 * multiple
+    inputs = backbone_inputs(backbone, lengths=(5, 3), seq=seq)
+    full = to_numpy(backbone(inputs, training=False))
+    tensors = {key: tf.constant(value) for key, value in inputs.items()}
+    length = int(longest_length(tensors["padding_mask"], multiple))
+    assert length < seq, (name, length)
+    real = inputs["padding_mask"][:, :length] != 0
+    cut = to_numpy(call_on_longest(backbone, tensors, multiple))
+    differences = {}
+    for key, expected in full.items():
+        answered = cut[key]
+        # a per-position output (its sequence axis: 1, or 2 for ELMo's [B, layers, T, H])
+        axes = [axis for axis in range(1, expected.ndim)
+                if expected.shape[axis] == seq and answered.shape[axis] == length]
+        if axes:
+            expected = np.moveaxis(np.take(expected, range(length), axis=axes[0]),
+                                   axes[0], 1)[real]
+            answered = np.moveaxis(answered, axes[0], 1)[real]
+        assert expected.shape == answered.shape, f"{name}: {key} is {answered.shape} when cut"
+        differences[key] = float(np.max(np.abs(expected - answered)))
+    assert max(differences.values()) <= INVARIANCE_ATOL, (
+        f"{name}: outputs at the request's length differ from the full length's: "
+        f"{differences}")
+
+
 # --------------------------------------------------------------------------- 3. causal
 
 

@@ -60,6 +60,11 @@ def test_padding_invariance(name):
     harness.check_padding_invariance(name, tiny_backbone(name))
 
 
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_request_length(name):
+    harness.check_request_length(name, tiny_backbone(name))
+
+
 @pytest.mark.parametrize("name", CAUSAL)
 def test_causal_mask(name):
     harness.check_causal_mask(name, tiny_backbone(name))
