@@ -11,7 +11,9 @@ the pipeline: a backbone from ``models.build("bert", preset, vocabulary_size=...
 architecture's ``head("classification")(backbone, num_classes=2)``, the classifier
 preprocessor of a WordPiece vocabulary folder (learned here from the demo corpus, 8,000 pieces), wrapped in
 ``components/trainer/serving.py``'s ``ClassifierServing`` and written with
-``save_serving_module`` (models/saved_model.py). It is loaded back with
+``save_serving_module`` (models/saved_model.py), its model run at the packed sequence length
+(the pushed signature runs it at each request's longest row instead: benchmarks/
+request_length.py compares the two). It is loaded back with
 ``tf.saved_model.load`` (after ``import tensorflow_text``, as TF Serving has its ops) and
 called as ``signatures["serving_default"](sentence=<batch of strings>)`` on real SST-2
 sentences (data/demo/sst2/dev.tsv). Weights are random: latency does not depend on them.
@@ -106,6 +108,7 @@ def export_classifier(vocab_dir: str, preset: str, sequence_length: int, export_
                             vocabulary_size=preprocessor.tokenizer.vocabulary_size())
     model = models.get("bert").head("classification")(backbone, num_classes=2)
     module = ClassifierServing(preprocessor, model, ["sentence"])
+    module.length_multiple = None  # the packed length; request_length.py times the cut
     save_serving_module(module, export_dir)
     return model, preprocessor, model.count_params()
 
