@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-DEFAULT_MULTIPLE = 8
 MASK_KEY = "padding_mask"
 
 
@@ -106,5 +105,5 @@ def call_on_longest(model, inputs: dict, multiple: int | None, sequence_outputs=
                    else value) for name, value in outputs.items()}
 
 
-__all__ = ["DEFAULT_MULTIPLE", "call_on_longest", "cut_inputs", "longest_length",
+__all__ = ["call_on_longest", "cut_inputs", "longest_length",
            "serving_multiple"]

@@ -131,13 +131,13 @@ def test_multi_chunk_lsh_outputs_depend_on_the_padded_length():
     the registry keeps Reformer's serving signatures at the packed length."""
     from lmfactory.models.request_length import call_on_longest
 
-    backbone = small_backbone(dropout=0.0)
+    backbone = small_backbone(dropout=0.0, lsh_attn_chunk_length=8, local_attn_chunk_length=8)
     assert models.get("reformer").serving_length_multiple is None
     rng = np.random.default_rng(0)
-    ids = rng.integers(1, 50, (2, 24)).astype("int32")
+    ids = rng.integers(1, 50, (2, 64)).astype("int32")
     mask = np.ones_like(ids)
-    mask[0, 9:] = 0
-    mask[1, 5:] = 0
+    mask[0, 21:] = 0
+    mask[1, 13:] = 0
     inputs = {"token_ids": tf.constant(ids * mask), "padding_mask": tf.constant(mask)}
     full = backbone(inputs, training=False)["sequence_output"].numpy()
     cut = call_on_longest(backbone, inputs, 8, sequence_outputs=("sequence_output",))

@@ -2,9 +2,10 @@
 its model on the inputs cut after the batch's longest row, and answers what the same
 signature answers at the full packed length (at most 1e-5, strings equal). The
 per-architecture parity of the backbones is tests/conformance's ``test_request_length``;
-here each task kind's signature, on the first architecture serving it (tests/serving_models.py),
-with the kind's own warm-up requests."""
+here each encoder task kind's signature (with LMFACTORY_FULL_OP_AUDIT=1, with every head
+class and packing it can have), on the kind's own warm-up requests."""
 
+import functools
 import os
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the SavedModels' tokenizer ops)
 
+from lmfactory import models
 from lmfactory.components.pusher import loader_check, warmup
 from lmfactory.components.trainer import export as export_lib
 from lmfactory.models import request_length, saved_model
@@ -68,19 +70,46 @@ def _call(signature, tensors: dict) -> dict:
     return {key: value.numpy() for key, value in outputs.items()}
 
 
+@functools.lru_cache(maxsize=None)
+def cases(kind: str) -> tuple:
+    """The architectures whose ``kind`` signature is checked: the first serving it; with
+    LMFACTORY_FULL_OP_AUDIT=1, enough that every head class and every packing of the kind
+    (tests/serving_models.py's `_pieces`; the backbones are the conformance harness's) runs
+    cut at least once (about 9 minutes). Architectures served at their packed length are
+    left out."""
+    if os.environ.get("LMFACTORY_FULL_OP_AUDIT") != "1":
+        return (serving_models.example_case(kind),)
+    chosen, covered = [], set()
+    for name, case_kind in serving_models.serving_cases():
+        if case_kind != kind or models.get(name).serving_length_multiple is None:
+            continue
+        pieces = {piece for piece in serving_models._pieces(name, kind)
+                  if piece[0] != "backbone"}
+        if not pieces <= covered and not serving_models.refusal(name, kind):
+            chosen.append(name)
+            covered |= pieces
+    return tuple(chosen)
+
+
 @pytest.mark.parametrize("kind", ENCODER_KINDS)
 def test_signatures_at_the_request_length_answer_as_at_the_full_length(kind, tmp_path,
                                                                      monkeypatch):
-    """The kind's signature traced twice from one task model packed to 32: as exported,
-    and with the cut length forced to the packed one; both run the kind's warm-up requests
-    with short texts (rows of at most 16 positions: the cut halves the length)."""
-    architecture = serving_models.example_case(kind)
+    """Each chosen pair's signature traced twice from one task model packed to 32: as
+    exported, and with the cut length forced to the packed one; both run the kind's warm-up
+    requests with short texts (rows of at most 16 positions: the cut halves the length)."""
+    assert cases(kind), kind
+    for architecture in cases(kind):
+        _check_pair(architecture, kind, tmp_path / architecture, monkeypatch)
+
+
+def _check_pair(architecture, kind, folder, monkeypatch):
     requests = [_shortened(request) for request in
                 warmup.read_warmup_requests(serving_models.warmed(architecture, kind))]
     assert requests
     monkeypatch.setattr(serving_models, "SEQUENCE_LENGTH", PACKED)
     model, preprocessor, task = serving_models._task_model.__wrapped__(architecture, kind, "")
-    assert request_length.serving_multiple(model) == 8 and task["sequence_length"] == PACKED
+    assert request_length.serving_multiple(model) == 8, architecture
+    assert task["sequence_length"] >= 2 * 8, (architecture, task["sequence_length"])
     model_config = {"architecture": architecture, "task": dict(task),
                     "generation": {"max_length": 6}}
     traced = {}
@@ -88,11 +117,11 @@ def test_signatures_at_the_request_length_answer_as_at_the_full_length(kind, tmp
                         lambda module, export_dir, signatures: traced.update(
                             {os.path.basename(export_dir): (module, signatures)}))
     vocabulary = serving_models.vocabulary(architecture)
-    export_lib.export_serving_model(model, vocabulary, model_config, str(tmp_path / "cut"),
+    export_lib.export_serving_model(model, vocabulary, model_config, str(folder / "cut"),
                                     preprocessor=preprocessor)
     monkeypatch.setattr(request_length, "longest_length",
                         lambda mask, multiple: tf.shape(mask)[-1])
-    export_lib.export_serving_model(model, vocabulary, model_config, str(tmp_path / "full"),
+    export_lib.export_serving_model(model, vocabulary, model_config, str(folder / "full"),
                                     preprocessor=preprocessor)
     monkeypatch.undo()
     for request in requests:
@@ -102,9 +131,10 @@ def test_signatures_at_the_request_length_answer_as_at_the_full_length(kind, tmp
         expected = _call(traced["full"][1][name], tensors)
         assert set(answered) == set(expected)
         for key, value in expected.items():
-            assert answered[key].shape == value.shape, (kind, key)
+            where = f"{architecture}/{kind}: {key}"
+            assert answered[key].shape == value.shape, where
             if value.dtype.kind in "OSU":
-                np.testing.assert_array_equal(answered[key], value, err_msg=f"{kind}: {key}")
+                np.testing.assert_array_equal(answered[key], value, err_msg=where)
             else:
                 np.testing.assert_allclose(answered[key], value, rtol=0,
-                                           atol=loader_check.ATOL, err_msg=f"{kind}: {key}")
+                                           atol=loader_check.ATOL, err_msg=where)
