@@ -46,26 +46,6 @@ BUDGET_SECONDS = 6.0  # timed Python seconds per model and batch size (on averag
 MODELS = ("full", "cut")
 
 
-def export(vocab_dir: str, preset: str, length: int, export_dir: str, cut: bool) -> None:
-    """The classifier SavedModel of ``benchmarks/serving.py``; ``cut=False`` runs its model at
-    the packed length."""
-    import keras
-
-    from lmfactory import models
-    from lmfactory.components.trainer.serving import ClassifierServing, save_serving_module
-    from lmfactory.models.classifier_preprocessor import classifier_preprocessor
-
-    keras.utils.set_random_seed(0)
-    preprocessor = classifier_preprocessor(vocab_dir, "bert", length)
-    backbone = models.build("bert", preset,
-                            vocabulary_size=preprocessor.tokenizer.vocabulary_size())
-    model = models.get("bert").head("classification")(backbone, num_classes=2)
-    module = ClassifierServing(preprocessor, model, ["sentence"])
-    if not cut:
-        module.length_multiple = None
-    save_serving_module(module, export_dir)
-
-
 def measure(vocab_dir: str, preset: str, length: int, sentences: list, work_dir: str,
             quick: bool) -> dict:
     import numpy as np
@@ -75,7 +55,7 @@ def measure(vocab_dir: str, preset: str, length: int, sentences: list, work_dir:
 
     folders = {name: os.path.join(work_dir, f"{preset}_{length}_{name}") for name in MODELS}
     for name, folder in folders.items():
-        export(vocab_dir, preset, length, folder, cut=name == "cut")
+        serving.export_classifier(vocab_dir, preset, length, folder, cut=name == "cut")
     signatures = {name: serving.load_signature(folder)[1] for name, folder in folders.items()}
     figures = {}
     for batch in BATCHES:

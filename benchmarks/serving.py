@@ -92,8 +92,10 @@ def request_batches(sentences: list, batch: int, count: int) -> list:
 # --------------------------------------------------------------------------- model
 
 
-def export_classifier(vocab_dir: str, preset: str, sequence_length: int, export_dir: str):
-    """Builds and pushes a 2-class BERT classifier SavedModel like the Trainer does; returns
+def export_classifier(vocab_dir: str, preset: str, sequence_length: int, export_dir: str,
+                      cut: bool = False):
+    """Builds and pushes a 2-class BERT classifier SavedModel like the Trainer does, its model
+    run at the packed length (``cut``: at each request's longest row, as pushed); returns
     ``(keras model, preprocessor, parameter count)``."""
     import keras
     import tensorflow as tf
@@ -108,7 +110,8 @@ def export_classifier(vocab_dir: str, preset: str, sequence_length: int, export_
                             vocabulary_size=preprocessor.tokenizer.vocabulary_size())
     model = models.get("bert").head("classification")(backbone, num_classes=2)
     module = ClassifierServing(preprocessor, model, ["sentence"])
-    module.length_multiple = None  # the packed length; request_length.py times the cut
+    if not cut:  # the packed length; request_length.py times the cut
+        module.length_multiple = None
     save_serving_module(module, export_dir)
     return model, preprocessor, model.count_params()
 
