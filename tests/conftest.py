@@ -25,8 +25,9 @@ def demo_data() -> Path:
     return DEMO_DATA
 
 
-# What a test file calls when it runs a whole pipeline, a Trainer stage or subprocesses.
-HEAVY_MARKS = ("run_local(", "run_fn(", "subprocess.", "serving_models")
+# What a test file calls when it runs a whole pipeline, a Trainer stage or subprocesses
+# (forked_tasks.run: container tasks in forked processes).
+HEAVY_MARKS = ("run_local(", "run_fn(", "subprocess.", "forked_tasks.run(", "serving_models")
 # The files importing it share the SavedModels tests/serving_models.py caches per process.
 SERVING_MODELS_IMPORT = "import serving_models"
 

@@ -1,6 +1,7 @@
 """Tasks of the COMPILED Vertex AI pipeline JSON executed the way Vertex executes them: for
 each task, the container ``command`` + ``args`` of its executor in ``deploymentSpec`` run
-as a subprocess with this venv's python, ``{{$}}`` replaced by the
+in a new process of this venv's python (forked from a server that has imported TensorFlow,
+Beam and TFX once: tests/forked_tasks.py), ``{{$}}`` replaced by the
 KFP v2 ``ExecutorInput`` JSON (the task's constant parameters, its input artifacts as the
 producing task's ``executor_output.json`` described them, output artifacts and the output
 file at URIs under a local stand-in for the ``gs://`` pipeline root). Ingestion ->
@@ -13,7 +14,6 @@ import itertools
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +22,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
+import forked_tasks
 from dag_helpers import TINY_TRAINING, small_corpus, small_tsv
 from lmfactory.pipelines import runners
 from lmfactory.recipe import load_recipe
@@ -177,12 +178,12 @@ class VertexEmulator:
         env = {**os.environ, **self.env, **{item["name"]: item["value"] for item in
                                           self.container(name).get("env", [])}}
         started = time.monotonic()
-        done = subprocess.run(line, env=env, capture_output=True, text=True,
-                              timeout=TASK_TIMEOUT_S)
+        log = Path(executor_input["outputs"]["outputFile"]).parent / "task.log"
+        status = forked_tasks.run(line, env, TASK_TIMEOUT_S, str(log))
         print(f"{name}: {time.monotonic() - started:.1f} s")  # shown with pytest -s
-        if done.returncode != 0:
-            tail = "\n".join((done.stdout + done.stderr).splitlines()[-25:])
-            raise TaskFailed(f"{name} exited with {done.returncode}:\n{tail}")
+        if status != 0:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+            raise TaskFailed(f"{name} exited with {status}:\n{tail}")
         output_file = Path(executor_input["outputs"]["outputFile"])
         if not output_file.is_file():
             raise TaskFailed(f"{name} wrote no executor output {output_file}")
