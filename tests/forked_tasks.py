@@ -1,13 +1,17 @@
-"""Container command lines (``python -m MODULE ARGS``) run in forked interpreters.
+"""Python command lines run in forked interpreters that have the heavy imports done.
 
-A container task of Vertex AI or Kubeflow starts a fresh interpreter, which spends most of a
-tiny task importing TensorFlow, Beam and TFX. The tests that run compiled tasks one by one
-start them from a fork server (multiprocessing's ``forkserver``) that has imported those
-libraries once: each task is a new process, forked from an interpreter that has run no
-TensorFlow, and runs its module as ``python -m`` does (``runpy`` as ``__main__``, its own
-``sys.argv``, the container's environment, stdout and stderr, exit status). Nothing but the
-imports is shared: the module itself, the executor it names and the project's code are
-imported in the task's process.
+A Vertex AI or Kubeflow container task, a training the tests kill and resume, a worker of a
+multi-worker strategy: each is a fresh interpreter, which spends most of a tiny run
+importing TensorFlow, Keras, Beam and TFX. The tests that start such processes start them
+from a fork server (multiprocessing's ``forkserver``) that has imported those libraries
+once. Each command line still gets a new process, forked from an interpreter that has run
+no TensorFlow (no eager context, no device set up: a process may still configure its
+logical devices), and runs as the interpreter would run it: ``-m MODULE`` and a script path
+through ``runpy`` as ``__main__``, ``-c CODE`` by ``exec``, with its own ``sys.argv``,
+environment, working folder, stdout and stderr, and exit status (``SystemExit``'s code; 1
+after an uncaught exception, whose traceback goes to the output). Nothing but the imports is
+shared: the module or script, the executor it names and the project's code are imported in
+the new process.
 """
 
 from __future__ import annotations
@@ -17,17 +21,19 @@ import os
 import runpy
 import sys
 import tempfile
+import time
 
-# What every container task of the project imports before its executor runs: the libraries
-# kubeflow_v2_run_executor imports (TFX's Evaluator executor brings TFMA) and the ones the
-# project's executors import. Not the entry-point module itself: runpy runs it as __main__.
+# What the processes the tests start import before they do anything: the libraries
+# kubeflow_v2_run_executor imports (TFX's Evaluator executor brings TFMA) and those the
+# project's trainers and executors import. Not an entry-point module itself: runpy runs it
+# as __main__.
 PRELOAD = ("tensorflow", "tensorflow_text", "keras", "keras_nlp", "apache_beam",
            "tfx.components.evaluator.executor", "tfx.dsl.components.base.base_beam_executor",
            "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_entrypoint_utils")
 
 
 class CommandLineError(ValueError):
-    """The command line is not one this launcher runs (``python -m MODULE ...``)."""
+    """The command line is not a Python one this launcher runs."""
 
 
 def _context():
@@ -36,31 +42,76 @@ def _context():
     return context
 
 
-def _run_module(module: str, args: list, env: dict, output_path: str) -> None:
-    """The task's process: its stdout/stderr to ``output_path``, its environment, then the
-    module as ``__main__`` (SystemExit gives the exit status, an exception status 1)."""
-    with open(output_path, "wb") as output:
+def _main(how: str, target: str, args: list, env: dict, cwd: str | None,
+          output_path: str) -> None:
+    """The new process: its output, environment and folder, then the program."""
+    with open(output_path, "ab") as output:
         os.dup2(output.fileno(), 1)
         os.dup2(output.fileno(), 2)
     os.environ.clear()
     os.environ.update(env)
-    tempfile.tempdir = None  # TMPDIR as the container's environment sets it
-    sys.argv = [module, *args]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    tempfile.tempdir = None  # TMPDIR as the environment sets it
+    if cwd:
+        os.chdir(cwd)
+    if how == "-m":
+        sys.argv = [target, *args]
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    elif how == "-c":
+        sys.argv = ["-c", *args]
+        exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})  # noqa: S102
+    else:
+        sys.argv = [target, *args]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+        runpy.run_path(target, run_name="__main__")
 
 
-def run(line: list, env: dict, timeout: float, output_path: str) -> int:
-    """Runs ``line`` (``[python, -m, MODULE, *ARGS]``) in a forked process with ``env``;
-    its output goes to ``output_path``. Returns the exit status; TimeoutError after
-    ``timeout`` seconds (the process is killed)."""
-    if len(line) < 3 or line[1] != "-m":
-        raise CommandLineError(f"not a 'python -m MODULE' command line: {line[:3]}")
-    process = _context().Process(target=_run_module,
-                                 args=(line[2], list(line[3:]), dict(env), output_path))
-    process.start()
-    process.join(timeout)
-    if process.is_alive():
-        process.kill()
-        process.join()
-        raise TimeoutError(f"{line[2]} ran past {timeout} s")
-    return process.exitcode
+def _parse(line: list) -> tuple:
+    if len(line) >= 3 and line[1] in ("-m", "-c"):
+        return line[1], line[2], list(line[3:])
+    if len(line) >= 2 and not line[1].startswith("-"):
+        return "script", line[1], list(line[2:])
+    raise CommandLineError(f"not a 'python -m MODULE', 'python -c CODE' or "
+                           f"'python SCRIPT' command line: {line[:3]}")
+
+
+class Forked:
+    """A started command line (what ``subprocess.Popen`` gives, for the calls tests make)."""
+
+    def __init__(self, line: list, output_path: str, env: dict | None = None,
+                 cwd: str | None = None):
+        how, target, args = _parse([str(part) for part in line])
+        self.output_path = str(output_path)
+        self._process = _context().Process(target=_main, args=(
+            how, target, args, dict(os.environ if env is None else env),
+            None if cwd is None else str(cwd), self.output_path))
+        self._process.start()
+        self.pid = self._process.pid
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit status; TimeoutError (the process is killed) after ``timeout`` s."""
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            self.kill()
+            raise TimeoutError(f"{self._process.name} ran past {timeout} s")
+        return self._process.exitcode
+
+    def kill(self) -> None:
+        self._process.kill()
+        self._process.join()
+
+    def output(self) -> str:
+        with open(self.output_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+
+def run(line: list, output_path: str, timeout: float, env: dict | None = None,
+        cwd: str | None = None) -> tuple[int, str]:
+    """Runs ``line`` to its end: ``(exit status, output)``. TimeoutError after ``timeout``
+    seconds (the process is killed)."""
+    started = time.monotonic()
+    forked = Forked(line, output_path, env=env, cwd=cwd)
+    status = forked.wait(max(timeout - (time.monotonic() - started), 0.0))
+    return status, forked.output()

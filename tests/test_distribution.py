@@ -1,21 +1,23 @@
-"""MirroredStrategy over 2 logical CPU devices gives the same loss and update as one device."""
+"""MirroredStrategy over 2 logical CPU devices gives the same loss and update as one device
+(tests/mirrored_check.py, in a process of its own: tests/forked_tasks.py)."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import forked_tasks
+
 from lmfactory.components.trainer.strategy import make_strategy
 
 
-def test_mirrored_two_devices_matches_one_device():
+def test_mirrored_two_devices_matches_one_device(tmp_path):
     script = Path(__file__).with_name("mirrored_check.py")
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    status, output = forked_tasks.run([sys.executable, str(script)], tmp_path / "mirrored.log",
+                                      timeout=600)
+    assert status == 0, output[-3000:]
+    figures = json.loads([line for line in output.splitlines() if line.startswith("{")][-1])
     print(figures)
     assert figures["replicas"] == 2
     assert figures["mirrored_loss"] == pytest.approx(figures["single_loss"], rel=1e-5)

@@ -3,7 +3,6 @@ replaced-token-detection pretraining, classifier, Hugging Face parity, presets."
 
 import json
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import forked_tasks
 import lmfactory.models.electra  # noqa: F401  registers "electra"
 import parity
 from lmfactory import models
@@ -516,12 +516,13 @@ MIRRORED_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_mirrored_two_devices_matches_one_device():
+def test_mirrored_two_devices_matches_one_device(tmp_path):
+    """In a process of its own (its logical devices), forked: tests/forked_tasks.py."""
     repo = Path(__file__).resolve().parent.parent
-    result = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT], capture_output=True,
-                            text=True, timeout=300, cwd=repo)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-    assert result.returncode == 0 and lines, result.stderr[-3000:]
+    status, output = forked_tasks.run([sys.executable, "-c", MIRRORED_SCRIPT],
+                                      tmp_path / "mirrored.log", timeout=300, cwd=repo)
+    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+    assert status == 0 and lines, output[-3000:]
     figures = json.loads(lines[-1][len("RESULT "):])
     assert figures["replicas"] == 2
     for name in ("loss", "mlm_loss", "rtd_loss", "rtd_accuracy", "replaced_fraction"):

@@ -19,13 +19,14 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import forked_tasks
 
 SCRIPT = Path(__file__).with_name("multi_worker_check.py")
 STEPS, EVERY, PAUSE_AT = 30, 10, 25
@@ -42,17 +43,18 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
-def _start(spec: dict, tf_config: dict | None, tmpdir: Path, log: Path) -> subprocess.Popen:
+def _start(spec: dict, tf_config: dict | None, tmpdir: Path, log: Path
+           ) -> forked_tasks.Forked:
+    """A worker process (forked with TensorFlow imported: tests/forked_tasks.py)."""
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     tmpdir.mkdir(parents=True, exist_ok=True)
     env.update({"TMPDIR": str(tmpdir), "CUDA_VISIBLE_DEVICES": "-1"})
     if tf_config:
         env["TF_CONFIG"] = json.dumps(tf_config)
-    return subprocess.Popen([sys.executable, str(SCRIPT), json.dumps(spec)], env=env,
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    return forked_tasks.Forked([sys.executable, str(SCRIPT), json.dumps(spec)], log, env=env)
 
 
-def _workers(tmp: Path, run: str, spec: dict) -> list[subprocess.Popen]:
+def _workers(tmp: Path, run: str, spec: dict) -> list[forked_tasks.Forked]:
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
     return [_start({**spec, "out": str(tmp / f"{run}-{index}.json")},
@@ -64,12 +66,12 @@ def _wait(processes, logs, timeout=TIMEOUT):
     deadline = time.time() + timeout
     for process, log in zip(processes, logs):
         try:
-            process.wait(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
+            status = process.wait(timeout=max(1, deadline - time.time()))
+        except TimeoutError:
             for p in processes:
                 p.kill()
             pytest.fail(f"worker timed out:\n{log.read_text()[-3000:]}")
-        assert process.returncode == 0, log.read_text()[-3000:]
+        assert status == 0, log.read_text()[-3000:]
 
 
 def _temporary_folders(tmp: Path, index: int) -> list[Path]:

@@ -1,12 +1,12 @@
 """A training killed with SIGKILL resumes from its last checkpoint when run again; the Model
 artifact it finally writes holds the Keras model, backbone weights, vocabulary and a
-SavedModel serving raw strings."""
+SavedModel serving raw strings. Each training is a process of its own (tests/run_fn_check.py,
+forked from a server that has imported TensorFlow: tests/forked_tasks.py)."""
 
 import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
+import forked_tasks
 from lmfactory.components.example_gen import ingest
 from lmfactory.components.pretraining_data.executor import generate_pretraining_examples
 from lmfactory.models.tokenizers import write_tokenizer_config
@@ -80,23 +81,21 @@ def test_killed_training_resumes_from_last_checkpoint(bert_examples):
     spec = json.dumps(_spec(tmp, examples, train_steps=250))
     command = [sys.executable, str(Path(__file__).with_name("run_fn_check.py")), spec]
     metadata = tmp / "backup" / "training_metadata.json"
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
+    first = forked_tasks.Forked(command, tmp / "first.log")
     deadline = time.time() + 300
     while time.time() < deadline and first.poll() is None:
         if metadata.exists() and json.loads(metadata.read_text() or "{}").get("epoch", -1) >= 2:
             break
         time.sleep(0.1)
     assert first.poll() is None, "training ended before it could be killed:\n" + \
-        first.communicate()[0][-2000:]
+        first.output()[-2000:]
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     saved_epoch = json.loads(metadata.read_text())["epoch"]
     assert not (tmp / "model" / "keras" / "model.keras").exists()
 
-    second = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    output = second.stdout + second.stderr
-    assert second.returncode == 0, output[-3000:]
+    status, output = forked_tasks.run(command, tmp / "second.log", timeout=600)
+    assert status == 0, output[-3000:]
     assert "RUN_FN_DONE" in output
     epochs = _epochs(output)
     # training_metadata.json counts finished epochs; Keras numbers epochs from 1.
@@ -114,11 +113,11 @@ def test_killed_training_resumes_from_last_checkpoint(bert_examples):
 
     # Exact resume: the input continues after the batches the checkpointed steps
     # trained on, so the final weights equal those of a run that was never killed.
-    uninterrupted = subprocess.run(
+    status, output = forked_tasks.run(
         [sys.executable, str(Path(__file__).with_name("run_fn_check.py")),
          json.dumps(_spec(tmp, examples, train_steps=250, run="uninterrupted"))],
-        capture_output=True, text=True, timeout=600)
-    assert uninterrupted.returncode == 0, (uninterrupted.stdout + uninterrupted.stderr)[-3000:]
+        tmp / "uninterrupted.log", timeout=600)
+    assert status == 0, output[-3000:]
     resumed, straight = (_weights(folder / "keras" / "backbone.weights.h5") for folder in (
         model, tmp / "uninterrupted" / "model"))
     assert resumed.keys() == straight.keys() and len(resumed) > 10

@@ -179,10 +179,10 @@ class VertexEmulator:
                                           self.container(name).get("env", [])}}
         started = time.monotonic()
         log = Path(executor_input["outputs"]["outputFile"]).parent / "task.log"
-        status = forked_tasks.run(line, env, TASK_TIMEOUT_S, str(log))
+        status, output = forked_tasks.run(line, str(log), TASK_TIMEOUT_S, env=env)
         print(f"{name}: {time.monotonic() - started:.1f} s")  # shown with pytest -s
         if status != 0:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+            tail = "\n".join(output.splitlines()[-40:])
             raise TaskFailed(f"{name} exited with {status}:\n{tail}")
         output_file = Path(executor_input["outputs"]["outputFile"])
         if not output_file.is_file():
