@@ -77,6 +77,17 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=lambda item: -_expected_seconds(item.path))
 
 
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of the files sharing serving_models' exports (one unit of work,
+    run in a row on one worker), their models are dropped (`serving_models.release`)."""
+    unit = _unit_of_work(item.path)[1]
+    if unit == "serving_models" and (nextitem is None
+                                     or _unit_of_work(nextitem.path)[1] != unit):
+        import serving_models
+
+        serving_models.release()
+
+
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` (run.sh test) with the files importing serving_models as one unit:
     a test file is a unit of work, so its module fixtures (a DAG run, exported models) are
