@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+import re
 from importlib import resources
 
 import yaml
@@ -30,6 +31,11 @@ from lmfactory.recipe_lm_finetuning import check_lm_finetuning
 RECIPE_SUFFIX = ".yaml"
 FORMATS = ingest_formats.ALL_FORMATS  # text, tsv, csv, jsonl, tfds and the task formats
 RUNNING_MODES = ("auto", "in_memory", "multi_threading", "multi_processing")
+# A recipe value that becomes one folder's name (the run's folder under --output-dir, the
+# model's folder under the serving directory): one path component, so that everything a run
+# writes stays under the folders it was given, and a name every file system and GCS take.
+MAX_NAME_LENGTH = 100
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 # AdamW settings of a training stage (components/trainer/optimization.py): BERT's Adam
 # moments and epsilon, global-norm clipping at 1.0, linear decay to zero after the warmup.
@@ -269,6 +275,18 @@ class _Checker:
             raise RecipeError(field, f"must be true or false, got {value!r}")
         return value
 
+    def folder_name(self, field):
+        """A name that becomes one folder's name (`NAME_PATTERN`, at most
+        `MAX_NAME_LENGTH` characters: never empty, ``.``, ``..`` or a path)."""
+        value = self.get(field)
+        if not isinstance(value, str) or len(value) > MAX_NAME_LENGTH \
+                or not NAME_PATTERN.fullmatch(value):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise RecipeError(field, f"must be a folder name: 1-{MAX_NAME_LENGTH} letters, "
+                                     f"digits, '.', '_' or '-', starting with a letter or "
+                                     f"digit; got {shown}")
+        return value
+
     def string_list(self, field):
         value = self.get(field)
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
@@ -499,7 +517,7 @@ def validate(recipe: dict) -> dict:
     from lmfactory import models
 
     check = _Checker(recipe)
-    check.get("name")
+    check.folder_name("name")
     architecture = check.choice("architecture", models.names())
     preset = check.get("preset")
     if preset not in models.presets(architecture):
@@ -556,7 +574,7 @@ def validate(recipe: dict) -> dict:
     if check.get("evaluation.threshold", required=False) is not None:
         # a correlation (Matthews, Pearson, Spearman) may be blessed above a negative value
         check.fraction("evaluation.threshold", -1.0, 1e9)
-    check.get("serving.model_name")
+    check.folder_name("serving.model_name")
     check.choice("runtime.strategy", STRATEGIES)
     check.boolean("runtime.jit_compile")
     check.choice("runtime.precision", PRECISIONS)

@@ -57,7 +57,8 @@ def test_push_is_atomic_and_copies_saved_model_pb_last(tmp_path, monkeypatch):
     assert pushed.get_int_custom_property("pushed") == 1
     assert sorted(os.listdir(tmp_path / "serving")) == [version]  # no staging folder left
     # every file was written inside the hidden staging folder, saved_model.pb last
-    assert copies[-1] == str(tmp_path / "serving" / f".{version}.incomplete" / "saved_model.pb")
+    assert copies[-1] == str(tmp_path / "serving" / f".{version}.incomplete" / "model"
+                             / "saved_model.pb")
     assert pusher.directory_digest(str(tmp_path / "serving" / version)) == \
         pusher.directory_digest(model)
 
@@ -76,9 +77,18 @@ def test_identical_model_is_not_pushed_twice_and_a_new_one_is(tmp_path):
     assert len(pusher.pushed_versions(str(tmp_path / "serving"))) == 2
 
 
+def _killed_push(base, version: int, payload: bytes):
+    """What a push killed mid-copy leaves: its marked staging folder, half a model."""
+    staging = base / f".{version}.incomplete"
+    staging.mkdir(parents=True)
+    (staging / pusher.STAGING_MARKER).write_text("")
+    _saved_model(str(staging / pusher.STAGED_MODEL), payload)
+
+
 def test_killed_push_leftovers_are_removed_and_unblessed_models_stay(tmp_path):
     base = tmp_path / "serving"
-    _saved_model(str(base / ".123.incomplete"), b"half")  # a push killed mid-copy
+    _killed_push(base, 123, b"half")
+    _killed_push(base, 124, b"more")
     model = _saved_model(str(tmp_path / "model" / "Format-Serving"), b"v1")
     assert pusher.pushed_versions(str(base)) == []  # TF Serving would not load it either
     version, new = pusher.push_model(model, str(base), now=1000)
@@ -86,3 +96,22 @@ def test_killed_push_leftovers_are_removed_and_unblessed_models_stay(tmp_path):
     not_blessed = _do(tmp_path, tmp_path / "model", blessed=0, run="9")
     assert not_blessed.get_int_custom_property("pushed") == 0
     assert os.listdir(base) == ["1000"]
+
+
+def test_a_push_removes_nothing_it_did_not_create(tmp_path):
+    """Entries of the serving folder a push did not stage (a user's ``*.incomplete`` files
+    and folders, an unmarked folder of the staging pattern) survive every push."""
+    base = tmp_path / "serving"
+    (base / "important.incomplete").mkdir(parents=True)
+    (base / "important.incomplete" / "thesis.txt").write_text("years of work")
+    (base / "draft.incomplete").write_text("a draft")
+    (base / ".77.incomplete").mkdir()
+    (base / ".77.incomplete" / "notes.txt").write_text("not the Pusher's")
+    model = _saved_model(str(tmp_path / "model" / "Format-Serving"), b"v1")
+    pusher.push_model(model, str(base), now=1000)
+    _saved_model(str(tmp_path / "new" / "Format-Serving"), b"v2")
+    pusher.push_model(str(tmp_path / "new" / "Format-Serving"), str(base), now=2000)
+    assert sorted(os.listdir(base)) == [".77.incomplete", "1000", "2000", "draft.incomplete",
+                                        "important.incomplete"]
+    assert (base / "important.incomplete" / "thesis.txt").read_text() == "years of work"
+    assert (base / ".77.incomplete" / "notes.txt").read_text() == "not the Pusher's"

@@ -5,9 +5,12 @@ model server polling ``<base>`` can see a version folder holding some files and 
 ``saved_model.pb`` yet, and a cached re-run pushes a byte-identical second version. This
 executor:
 
-* copies into a hidden staging folder beside the versions (``<base>/.<version>.incomplete``,
-  which TF Serving ignores: not a number) and renames it to ``<base>/<version>`` when
-  complete; a staging folder a killed push left behind is removed by the next push. On a
+* copies into a hidden staging folder beside the versions
+  (``<base>/.<version>.incomplete/model``; TF Serving ignores the name: not a number) and
+  renames the copy to ``<base>/<version>`` when complete. The staging folder holds a marker
+  file written before the copy starts; the next push removes the staging folders a killed
+  push left behind, and only those: named ``.<digits>.incomplete`` and holding the marker,
+  so nothing in ``<base>`` that a push did not create is ever deleted. On a
   local disk the rename is atomic; on object stores (GCS) a folder rename is a copy, and
   ``saved_model.pb`` is still copied last;
 * compares the model with the newest pushed version (a digest of every file's relative path
@@ -37,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import time
 from typing import Any, Optional
 
@@ -47,6 +51,10 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
 STAGING_SUFFIX = ".incomplete"
+# Written into a staging folder before anything else: what marks it as this Pusher's own.
+STAGING_MARKER = ".lmfactory_push_staging"
+STAGED_MODEL = "model"  # the copy inside the staging folder, renamed to <base>/<version>
+_STAGING_NAME = re.compile(r"\.\d+" + re.escape(STAGING_SUFFIX))
 
 
 def check_servable(model_path: str) -> tuple:
@@ -111,6 +119,19 @@ def pushed_versions(base: str) -> list[str]:
     return sorted((name for name in names if name.isdigit()), key=int)
 
 
+def remove_own_staging_folders(base: str) -> list[str]:
+    """Removes the staging folders killed pushes left in ``base``: only the entries named
+    ``.<digits>.incomplete`` that hold `STAGING_MARKER`; returns their names."""
+    removed = []
+    for entry in fileio.listdir(base):
+        name = entry.rstrip("/")
+        folder = os.path.join(base, name)
+        if _STAGING_NAME.fullmatch(name) and fileio.exists(os.path.join(folder, STAGING_MARKER)):
+            fileio.rmtree(folder)
+            removed.append(name)
+    return removed
+
+
 def push_model(model_path: str, base: str, now: Optional[float] = None) -> tuple[str, bool]:
     """Pushes the SavedModel folder ``model_path`` as a new version under ``base``, unless it
     equals the newest one. Returns ``(version, newly_pushed)``."""
@@ -123,15 +144,18 @@ def push_model(model_path: str, base: str, now: Optional[float] = None) -> tuple
     if versions:
         version = max(version, int(versions[-1]) + 1)
     fileio.makedirs(base)
-    for name in fileio.listdir(base):  # a killed push's leftovers
-        if name.rstrip("/").endswith(STAGING_SUFFIX):
-            fileio.rmtree(os.path.join(base, name.rstrip("/")))
+    remove_own_staging_folders(base)  # a killed push's leftovers
     staging = os.path.join(base, f".{version}{STAGING_SUFFIX}")
-    io_utils.copy_dir(model_path, staging, deny_regex_patterns=[r"saved_model\.pb"])
+    fileio.makedirs(staging)
+    with fileio.open(os.path.join(staging, STAGING_MARKER), "w") as f:
+        f.write("a model being pushed by lmfactory's Pusher\n")
+    copy = os.path.join(staging, STAGED_MODEL)
+    io_utils.copy_dir(model_path, copy, deny_regex_patterns=[r"saved_model\.pb"])
     saved_model = os.path.join(model_path, "saved_model.pb")
     if fileio.exists(saved_model):  # last: readers take it as "the model is complete"
-        io_utils.copy_file(saved_model, os.path.join(staging, "saved_model.pb"))
-    fileio.rename(staging, os.path.join(base, str(version)))
+        io_utils.copy_file(saved_model, os.path.join(copy, "saved_model.pb"))
+    fileio.rename(copy, os.path.join(base, str(version)))
+    fileio.rmtree(staging)
     logging.info("Model pushed to %s", os.path.join(base, str(version)))
     return str(version), True
 
