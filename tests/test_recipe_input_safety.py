@@ -1,6 +1,8 @@
-"""Recipe values that become folder names (the run's ``name``, ``serving.model_name``) are
-one safe path component, checked when the recipe is validated: a run writes only under the
-folders it is given."""
+"""What a recipe cannot do however it is written: values that become folder names (the
+run's ``name``, ``serving.model_name``) are one safe path component, checked when the recipe
+is validated, so a run writes only under the folders it is given; YAML that does not parse
+(a file or a ``--set`` value) is a one-line error; aliases that would expand a few KB of YAML
+into millions of values are refused before anything walks them."""
 
 import os
 
@@ -41,3 +43,26 @@ def test_validate_prints_one_line_for_a_path_as_a_name(capsys):
     error = capsys.readouterr().err
     assert status == 2
     assert error.count("\n") == 1 and "'name'" in error and "folder name" in error
+
+
+def test_bad_yaml_in_a_set_value_is_one_line():
+    with pytest.raises(RecipeError) as error:
+        load_recipe("bert_tiny_sst2", ["finetuning.task_args={a: [1, 2"])
+    assert error.value.field == "finetuning.task_args"
+    assert "not valid YAML" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_recipe_of_nested_aliases_is_refused_before_it_is_expanded(tmp_path):
+    """Nine levels of nine aliases ("billion laughs"): 9**9 values from 1 KB of YAML."""
+    lines = ["name: bomb", 'l0: &l0 ["x"]']
+    for level in range(1, 10):
+        lines.append(f"l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 9) + "]")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(RecipeError, match="expands to more than") as error:
+        load_recipe(str(path))
+    assert "\n" not in str(error.value) and str(path) in str(error.value)
+    many = tmp_path / "many.yaml"
+    many.write_text("a: &a 1\nb: [" + ", ".join(["*a"] * 500) + "]\n", encoding="utf-8")
+    with pytest.raises(RecipeError, match="aliases"):
+        load_recipe(str(many))
