@@ -14,7 +14,9 @@ One input (an argument, a line of ``--file`` or of stdin) is one example:
 * tab-separated fields: the inputs in ``--fields`` order (default: the input names sorted, as
   the SavedModel lists them); surplus fields all go to the last input as one list (e.g.
   ``--fields context,choices`` and ``question<TAB>choice 1<TAB>choice 2 ...``);
-* a JSON object: input name -> value (a list for a row input such as ``choices``).
+* a JSON object: input name -> value (a list for a row input such as ``choices``); a line
+  that starts with ``{`` but is not JSON is plain text for a model of one text input, and an
+  error for a model of several.
 
 Inputs that are settings rather than examples (a generator's ``max_length``, ``sampler``,
 ``temperature``, ``k``, ``p``) are given once with ``--set NAME=VALUE``. Without
@@ -49,9 +51,12 @@ def read_inputs(texts: list[str], file: str | None, stdin=None) -> tuple[list[st
     lines of ``file`` (``-`` = stdin), or of stdin when neither is given and it is not a
     terminal. Returns them and the number of blank file / stdin lines skipped."""
     lines = []
+    stream = stdin or sys.stdin  # None when the process was started with stdin closed
     if file is not None:
         if file == "-":
-            lines = (stdin or sys.stdin).read().splitlines()
+            if stream is None:
+                raise PredictError("--file -: stdin is closed")
+            lines = stream.read().splitlines()
         else:
             try:
                 with open(file, encoding="utf-8") as f:
@@ -59,7 +64,9 @@ def read_inputs(texts: list[str], file: str | None, stdin=None) -> tuple[list[st
             except (OSError, UnicodeDecodeError) as error:
                 raise PredictError(f"cannot read --file {file!r}: {error}") from None
     elif not texts:
-        stream = stdin or sys.stdin
+        if stream is None:
+            raise PredictError("no input: give TEXT arguments or --file FILE (stdin is "
+                               "closed)")
         if stream.isatty():
             raise PredictError("no input: give TEXT arguments, --file FILE or lines on stdin")
         lines = stream.read().splitlines()
@@ -74,11 +81,11 @@ def parse_example(line: str, inputs: list[str], number: int) -> dict:
     """One raw input -> {input name: str or list of str} for the per-example ``inputs`` (in
     field order)."""
     stripped = line.strip()
-    if stripped.startswith("{"):
-        try:
-            record = json.loads(stripped)
-        except json.JSONDecodeError as error:
-            raise PredictError(f"input {number}: not valid JSON ({error.msg})") from None
+    record, problem = _json_object(stripped, number) if stripped.startswith("{") else (None, "")
+    if record is None and problem and len(inputs) > 1 and "\t" not in line:
+        # not text for one input, nor tab-separated fields: broken JSON
+        raise PredictError(f"input {number}: not valid JSON ({problem})")
+    if record is not None:
         missing = [name for name in inputs if name not in record]
         unknown = sorted(set(record) - set(inputs))
         if missing or unknown:
@@ -97,6 +104,19 @@ def parse_example(line: str, inputs: list[str], number: int) -> dict:
     head = dict(zip(inputs[:-1], fields[:len(inputs) - 1]))
     head[inputs[-1]] = fields[len(inputs) - 1:]
     return head
+
+
+def _json_object(text: str, number: int) -> tuple[dict | None, str]:
+    """``(the JSON object text holds, "")``, or ``(None, why it is not JSON)``: plain text
+    that starts with ``{`` is an example like any other for a model of one text input.
+    PredictError for JSON nested too deeply to read."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        return None, error.msg
+    except RecursionError:
+        raise PredictError(f"input {number}: JSON nested too deeply") from None
+    return (record, "") if isinstance(record, dict) else (None, "not an object")
 
 
 def _parse_settings(settings: list[str]) -> dict:
@@ -164,15 +184,19 @@ def _batch_tensors(examples: list[dict], inputs: dict, example_inputs: list[str]
         dtype = inputs[name]
         try:
             scalar = _cast(value, dtype)
-        except ValueError:
-            raise PredictError(f"--set {name}={value!r}: not a {dtype.name}") from None
+        except ValueError as error:
+            reason = str(error) if "range" in str(error) else f"not a {dtype.name}"
+            raise PredictError(f"--set {name}={value!r}: {reason}") from None
         tensors[name] = tf.constant(scalar, dtype=dtype)
     return tensors
 
 
 def _cast(value: str, dtype):
     if dtype.is_integer:
-        return int(value)
+        number = int(value)
+        if not dtype.min <= number <= dtype.max:  # tf.constant would wrap it silently
+            raise ValueError(f"{number} is outside {dtype.name}'s range")
+        return number
     if dtype.is_floating:
         return float(value)
     if dtype.is_bool:

@@ -270,6 +270,20 @@ def test_signature_choice_and_example_errors():
         "choices": ["x", "y"], "context": "c"}
     with pytest.raises(predict_lib.PredictError, match="input 3: the model takes"):
         parse('{"question": "q"}', ["context", "question"], 3)
+    # text that only starts like JSON is text for a model of one input
+    assert parse("{curly} braces", ["prompt"], 4) == {"prompt": "{curly} braces"}
+    with pytest.raises(predict_lib.PredictError, match="input 5: JSON nested too deeply"):
+        parse('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", ["prompt"], 5)
+
+
+def test_closed_stdin_and_out_of_range_settings_are_one_line_errors(monkeypatch):
+    monkeypatch.setattr("sys.stdin", None)  # what Python gives a process started with 0<&-
+    for file in (None, "-"):
+        with pytest.raises(predict_lib.PredictError, match="stdin is closed"):
+            predict_lib.read_inputs([], file)
+    with pytest.raises(ValueError, match="outside int32's range"):
+        predict_lib._cast("4294967306", tf.int32)  # tf.constant would give 10
+    assert predict_lib._cast("40", tf.int32) == 40
 
 
 def test_rows_trim_padding_decode_and_round():
