@@ -192,6 +192,10 @@ def _few_shot(args) -> int:
     ks = _parse_ks(args.k)
     if args.max_examples is not None and args.max_examples < 1:
         raise SystemExit(f"lmfactory: --max-examples must be >= 1, got {args.max_examples}")
+    problem = _unwritable(args.markdown, "--markdown") or _unwritable(args.json, "--json")
+    if problem:
+        print(f"lmfactory: {problem}", file=sys.stderr)
+        return 2
     try:
         loaded = few_shot.load_causal_lm(args.model)
     except (FileNotFoundError, ValueError) as error:
@@ -223,8 +227,41 @@ def _few_shot(args) -> int:
     return 0
 
 
+def _unwritable(path: str | None, option: str) -> str | None:
+    """Why ``path`` (an output file option) cannot be written, checked before any work;
+    None when it can (or is not given)."""
+    if not path:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"{option} {path}: the folder {folder} does not exist"
+    if os.path.isdir(path):
+        return f"{option} {path}: is a folder"
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return f"{option} {path}: not writable"
+    return None
+
+
+def _loadable_signatures(model: str):
+    """``(SavedModel folder, its signatures)`` of MODEL: for a serving folder, its newest
+    version that loads (a broken newer one is named on stderr and passed over, as a model
+    server keeps serving the version it has)."""
+    from lmfactory.cli.model_paths import saved_model_dirs
+    from lmfactory.cli.predict import PredictError, load_signatures
+
+    candidates = saved_model_dirs(model)
+    for index, model_dir in enumerate(candidates):
+        try:
+            return model_dir, load_signatures(model_dir)
+        except PredictError as error:
+            if index == len(candidates) - 1:
+                raise
+            print(f"lmfactory: {error}; trying the version before it", file=sys.stderr)
+    raise AssertionError("saved_model_dirs gives at least one folder")
+
+
 def _predict(args) -> int:
-    from lmfactory.cli.model_paths import ModelPathError, saved_model_dir
+    from lmfactory.cli.model_paths import ModelPathError
     from lmfactory.cli.predict import PredictError, predict, read_inputs
 
     fields = [f.strip() for f in args.fields.split(",") if f.strip()] if args.fields else None
@@ -234,9 +271,9 @@ def _predict(args) -> int:
         lines, blank = read_inputs(args.texts, args.file)
         if blank:
             print(f"lmfactory: skipped {blank} blank input line(s)", file=sys.stderr)
-        model_dir = saved_model_dir(args.model)
+        model_dir, signatures = _loadable_signatures(args.model)
         predict(model_dir, lines, signature=args.signature, settings=args.settings,
-                fields=fields, batch_size=args.batch_size)
+                fields=fields, batch_size=args.batch_size, signatures=signatures)
     except (PredictError, ModelPathError) as error:
         print(f"lmfactory: {error}", file=sys.stderr)
         return 2
@@ -247,6 +284,10 @@ def _evaluate(args) -> int:
     from lmfactory.cli.evaluate import EvaluateError, evaluate, format_result, parse_options
     from lmfactory.cli.model_paths import ModelPathError
 
+    problem = _unwritable(args.json, "--json")
+    if problem:
+        print(f"lmfactory: {problem}", file=sys.stderr)
+        return 2
     try:
         result = evaluate(args.model, args.data, file_format=args.format,
                           options=parse_options(args.options), batch_size=args.batch_size,

@@ -78,6 +78,19 @@ def saved_model_dir(path: str) -> str:
         f"folder of numbered versions, a Model artifact or a run folder (runs/<recipe>)")
 
 
+def saved_model_dirs(path: str) -> list[str]:
+    """`saved_model_dir` of ``path``, then, when that is a version of a serving folder, the
+    older versions of that folder, newest first: the versions to try in turn when one does
+    not load."""
+    chosen = saved_model_dir(path)
+    parent = os.path.dirname(chosen)
+    if not os.path.basename(chosen).isdigit():
+        return [chosen]
+    older = [os.path.join(parent, v) for v in reversed(_versions(parent))
+             if int(v) < int(os.path.basename(chosen))]
+    return [chosen] + older
+
+
 def _digest(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()

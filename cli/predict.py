@@ -258,10 +258,18 @@ def error_line(error: Exception) -> str:
 
 
 def load_signatures(model_dir: str):
+    """The signatures of the SavedModel in ``model_dir``; PredictError in one line when it
+    does not load (a garbage, empty or truncated saved_model.pb, missing variables)."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModels use)
 
-    return tf.saved_model.load(model_dir).signatures
+    try:
+        return tf.saved_model.load(model_dir).signatures
+    except Exception as error:  # noqa: BLE001  (TF raises many kinds; each is one line here)
+        lines = [line for line in str(error).strip().splitlines() if line.strip()]
+        reason = lines[0][:300] if lines else type(error).__name__
+        raise PredictError(f"the SavedModel {model_dir} does not load: "
+                           f"{type(error).__name__}: {reason}") from None
 
 
 def predict(model_dir: str, lines: list[str], signature: str | None = None,

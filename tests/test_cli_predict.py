@@ -113,6 +113,56 @@ def test_predict_fields_order_and_one_line_errors(pushed, capsys):
         assert err.startswith(message) and len(err.strip().splitlines()) == 1, err
 
 
+def _broken_copies(pushed, tmp_path):
+    """Copies of the good version with a broken SavedModel each: ``{case: folder}``."""
+    good = pushed["serving"] / "1700000000"
+    cases = {}
+    for case in ("garbage", "empty", "truncated", "no_variables"):
+        folder = tmp_path / case
+        shutil.copytree(good, folder)
+        graph = folder / "saved_model.pb"
+        if case == "garbage":
+            graph.write_bytes(b"\x00not a protocol buffer\xff" * 50)
+        elif case == "empty":
+            graph.write_bytes(b"")
+        elif case == "truncated":
+            graph.write_bytes(graph.read_bytes()[:2000])
+        else:
+            shutil.rmtree(folder / "variables")
+        cases[case] = folder
+    return cases
+
+
+def test_a_broken_saved_model_is_one_line_and_a_serving_folder_falls_back(pushed, tmp_path,
+                                                                          capsys):
+    for case, folder in _broken_copies(pushed, tmp_path).items():
+        assert cli.main(["predict", str(folder), "a\tb"]) == 2, case
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "does not load" in err, (case, err)
+    # a newer version that does not load: the model server keeps serving the one it has
+    serving = tmp_path / "serving"
+    shutil.copytree(pushed["serving"] / "1700000000", serving / "1700000000")
+    shutil.copytree(_broken_copies(pushed, tmp_path / "again")["garbage"],
+                    serving / "1800000000")
+    assert cli.main(["predict", str(serving), f"{PAIRS[0][0]}\t{PAIRS[0][1]}"]) == 0
+    captured = capsys.readouterr()
+    row, = _json_lines(captured.out)
+    np.testing.assert_allclose(row["probabilities"], pushed["probabilities"][0], atol=1e-5)
+    assert "1800000000 does not load" in captured.err and "version before" in captured.err
+
+
+def test_output_files_are_checked_before_the_work(pushed, tmp_path, capsys):
+    missing = tmp_path / "no" / "such" / "folder" / "result.json"
+    assert cli.main(["evaluate", str(pushed["serving"]), "--data",
+                     str(tmp_path / "unused.tsv"), "--json", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["few-shot", "--model", str(pushed["artifact"]), "--task", "sst2",
+                     "--markdown", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "--markdown" in err and len(err.strip().splitlines()) == 1
+
+
 def test_evaluate_a_pushed_classifier_on_a_new_tsv(pushed, tmp_path, capsys):
     """Accuracy and F1 of class 'yes' on a held-out TSV whose labels agree with the model on
     four of six rows; a malformed row is counted, not scored."""
