@@ -128,6 +128,10 @@ def _add_predict_parser(commands) -> None:
     command.add_argument("--fields", help="comma-separated input names of the tab-separated "
                                           "fields, e.g. question,context")
     command.add_argument("--batch-size", type=int, default=32)
+    command.add_argument("--trust-model", action="store_true",
+                         help="load the model even when its served graph runs ops that reach "
+                              "outside the process (files, event writers, RPC); refused "
+                              "otherwise, naming the ops")
     command.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -146,6 +150,10 @@ def _add_evaluate_parser(commands) -> None:
     command.add_argument("--max-batches", type=int, default=None,
                          help="score at most this many batches (language models)")
     command.add_argument("--json", help="also write the result to this JSON file")
+    command.add_argument("--trust-model", action="store_true",
+                         help="load the model even when its served graph runs ops that reach "
+                              "outside the process (files, event writers, RPC); refused "
+                              "otherwise, naming the ops")
     command.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -242,22 +250,40 @@ def _unwritable(path: str | None, option: str) -> str | None:
     return None
 
 
-def _loadable_signatures(model: str):
+def _loadable_signatures(model: str, trusted: bool = False):
     """``(SavedModel folder, its signatures)`` of MODEL: for a serving folder, its newest
     version that loads (a broken newer one is named on stderr and passed over, as a model
-    server keeps serving the version it has)."""
+    server keeps serving the version it has). Unless ``trusted``, a model whose served graph
+    reaches outside the process is refused before it is loaded (model_guard.py)."""
     from lmfactory.cli.model_paths import saved_model_dirs
     from lmfactory.cli.predict import PredictError, load_signatures
 
     candidates = saved_model_dirs(model)
     for index, model_dir in enumerate(candidates):
         try:
+            if not trusted:
+                _check_trusted(model_dir, PredictError)
             return model_dir, load_signatures(model_dir)
         except PredictError as error:
             if index == len(candidates) - 1:
                 raise
             print(f"lmfactory: {error}; trying the version before it", file=sys.stderr)
     raise AssertionError("saved_model_dirs gives at least one folder")
+
+
+def _check_trusted(model_dir: str, error_class) -> None:
+    """``error_class`` (one line, naming the ops) when the SavedModel's served graph runs
+    ops that reach outside the process; ``--trust-model`` skips this check."""
+    from lmfactory.components.pusher import model_guard
+
+    try:
+        found = model_guard.outside_ops(model_dir)
+    except Exception:  # noqa: BLE001  (a graph that does not parse: loading says why)
+        return
+    if found:
+        raise error_class(f"refusing {model_dir}: its served graph runs "
+                          f"{model_guard.describe(found)}; give --trust-model to load it "
+                          f"anyway")
 
 
 def _predict(args) -> int:
@@ -271,7 +297,7 @@ def _predict(args) -> int:
         lines, blank = read_inputs(args.texts, args.file)
         if blank:
             print(f"lmfactory: skipped {blank} blank input line(s)", file=sys.stderr)
-        model_dir, signatures = _loadable_signatures(args.model)
+        model_dir, signatures = _loadable_signatures(args.model, args.trust_model)
         predict(model_dir, lines, signature=args.signature, settings=args.settings,
                 fields=fields, batch_size=args.batch_size, signatures=signatures)
     except (PredictError, ModelPathError) as error:
@@ -291,7 +317,9 @@ def _evaluate(args) -> int:
     try:
         result = evaluate(args.model, args.data, file_format=args.format,
                           options=parse_options(args.options), batch_size=args.batch_size,
-                          max_batches=args.max_batches)
+                          max_batches=args.max_batches,
+                          check_model=None if args.trust_model else
+                          lambda served: _check_trusted(served, EvaluateError))
     except (EvaluateError, ModelPathError) as error:
         print(f"lmfactory: {error}", file=sys.stderr)
         return 2

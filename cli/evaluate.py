@@ -132,8 +132,10 @@ def _count_line(counts: dict) -> str:
 
 def evaluate(model: str, data_file: str, file_format: str | None = None,
              options: dict | None = None, batch_size: int = 64,
-             max_batches: int | None = None) -> dict:
-    """``{"model", "task", "data", "counts", "metrics"}`` of ``model`` on ``data_file``."""
+             max_batches: int | None = None, check_model=None) -> dict:
+    """``{"model", "task", "data", "counts", "metrics"}`` of ``model`` on ``data_file``.
+    ``check_model``: called with the artifact's SavedModel folder before anything is read
+    (the CLI's untrusted-model guard)."""
     from lmfactory.cli.model_paths import model_artifact
     from lmfactory.components import tasks as task_kinds
     from lmfactory.components.trainer.model_artifact import (read_model_config,
@@ -142,6 +144,10 @@ def evaluate(model: str, data_file: str, file_format: str | None = None,
     if not os.path.isfile(data_file):
         raise EvaluateError(f"--data {data_file!r} is not a file")
     artifact = model_artifact(model)
+    if check_model is not None:
+        from lmfactory.components.trainer.serving import serving_dir_of
+
+        check_model(serving_dir_of(artifact))
     task = read_model_config(artifact).get("task") or {}
     if not task.get("kind"):
         raise EvaluateError(f"{artifact} records no task; nothing to evaluate")

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from lmfactory import models
-from lmfactory.components.pusher import loader_check, op_audit
+from lmfactory.components.pusher import loader_check, model_guard, op_audit
 import serving_models
 
 CASES = serving_models.serving_cases()
@@ -119,6 +119,8 @@ def test_every_op_of_every_pushed_model_is_served(architecture):
         ops = op_audit.saved_model_ops(export_dir)
         assert len(ops) > 10, f"{name}/{kind}: no graph read"
         found[kind] = op_audit.unservable_ops(ops, server)
+        # and nothing the untrusted-model guard refuses (a project export only computes)
+        assert model_guard.outside_ops(export_dir) == {}, (name, kind)
     assert found, f"{architecture}: no servable task kind was exported"
     assert not any(found.values()), f"{architecture}: ops TF Serving " \
         f"{op_audit.TF_SERVING_VERSION} cannot run: {found}"

@@ -17,7 +17,9 @@ executor:
   and bytes) and, when they are identical, pushes nothing and records that version as the
   push (``pushed`` = 1, ``pushed_version`` the existing one).
 
-Before pushing, the model is checked for TF Serving: every op of its graph must
+Before pushing, the model is checked for what it does when served: no op that reaches
+outside the process (files, event writers, RPC: model_guard.py). Then for TF Serving: every
+op of its graph must
 be one the model server links (op_audit.py: TensorFlow's core ops and tensorflow_text's;
 a model holding another op, or a Python callback, is refused with a one-line error naming
 the ops, since the server could not load it), and a model without warm-up requests
@@ -63,7 +65,7 @@ def check_servable(model_path: str) -> tuple:
     requests to Python's outputs; warns when it has no warm-up requests. The op set cannot
     be listed without tensorflow_text, nor the loader run without the C API library: then
     only a warning. Returns the model's `loader_check.ServingInterface`, read once."""
-    from lmfactory.components.pusher import loader_check, op_audit, warmup
+    from lmfactory.components.pusher import loader_check, model_guard, op_audit, warmup
 
     try:
         problems = op_audit.audit_saved_model(model_path)
@@ -74,6 +76,10 @@ def check_servable(model_path: str) -> tuple:
         raise ValueError(f"Pusher: {model_path} cannot be served by tensorflow/serving:"
                          f"{op_audit.TF_SERVING_VERSION}: " + "; ".join(
                              f"{op} is {reason}" for op, reason in problems.items()))
+    found = model_guard.outside_ops(model_path)
+    if found:
+        raise ValueError(f"Pusher: {model_path} is not pushed: its served graph runs ops that "
+                         f"reach outside the process: {model_guard.describe(found)}")
     interface = loader_check.read_interface(model_path)
     if not interface.requests:
         logging.warning("Pusher: %s has no %s/%s; TF Serving will load it without warm-up",
