@@ -110,6 +110,53 @@ def ingest(config: dict, output_dir: str) -> tuple[str, dict]:
     return os.path.join(output_dir, "Split-eval", "*"), counts
 
 
+def required_features(task: dict) -> list[str]:
+    """The record features the task's model reads, for the kinds whose task record names
+    them (text features and the label); empty when the kind's own format fixes them."""
+    features = list(task.get("text_features") or [])
+    if features and task.get("kind") in ("classification", "regression"):
+        features.append(task.get("label_feature") or "label")
+    return features
+
+
+def first_record_features(pattern: str) -> set | None:
+    """The feature names of the first record matching ``pattern`` (None: no record)."""
+    import tensorflow as tf
+
+    files = sorted(tf.io.gfile.glob(pattern))
+    if not files:
+        return None
+    for serialized in tf.data.TFRecordDataset(files, compression_type="GZIP").take(1):
+        return set(tf.train.Example.FromString(serialized.numpy()).features.feature)
+    return None
+
+
+def check_records(data_file: str, config: dict, task: dict, pattern: str,
+                  counts: dict) -> None:
+    """EvaluateError, in one line, when the ingested file holds no record or records
+    without the features the model reads (named, with what the file had)."""
+    kind = task.get("kind", "the")
+    features = first_record_features(pattern)
+    if not counts.get("good") or features is None:
+        shown = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k != "good")
+        raise EvaluateError(f"{data_file}: no record could be read as {config['format']}"
+                            f"{' (' + shown + ')' if shown else ''}; the {kind} model reads "
+                            f"{_expected(task, config)}")
+    missing = [name for name in required_features(task) if name not in features]
+    if missing:
+        raise EvaluateError(f"{data_file}: the records have {sorted(features)}, the {kind} "
+                            f"model reads {required_features(task)}: missing {missing} "
+                            f"(--format / --option column_names=[...], label_column=... "
+                            f"name them)")
+
+
+def _expected(task: dict, config: dict) -> str:
+    features = required_features(task)
+    if features:
+        return f"records with {features} ({config['format']}; --format changes it)"
+    return f"{task.get('format') or config['format']} records"
+
+
 def pretraining_records(examples_dir: str, vocab_dir: str, task: dict,
                         output_dir: str) -> tuple[str, dict]:
     """The model's objective's records of the ingested text (its sequence length)."""
@@ -161,12 +208,17 @@ def evaluate(model: str, data_file: str, file_format: str | None = None,
         with heartbeat(f"reading {config['format']} records"):
             pattern, counts = ingest(config, os.path.join(work, "examples"))
         _progress(f"  records: {_count_line(counts)}")
+        check_records(data_file, config, task, pattern, counts)
         if task.get("objective"):
             with heartbeat(f"{task['objective']} windows"):
                 pattern, window_counts = pretraining_records(
                     os.path.join(work, "examples"), vocabulary_dir_of(artifact), task,
                     os.path.join(work, "windows"))
             _progress(f"  windows: {_count_line(window_counts)}")
+            if first_record_features(pattern) is None:
+                raise EvaluateError(
+                    f"{data_file}: too short for one {task['objective']} window"
+                    f"{' of ' + str(task['sequence_length']) + ' tokens' if task.get('sequence_length') else ''}")
             counts = dict(counts, **{f"windows_{k}": v for k, v in window_counts.items()})
         with heartbeat("scoring"):
             metrics = kind.evaluate(artifact, pattern, task,

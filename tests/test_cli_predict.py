@@ -232,6 +232,34 @@ def test_evaluate_a_causal_lm_on_a_text_file(tmp_path, capsys, monkeypatch):
     vocabulary_size = tokenizer.vocabulary_size()
     assert 0.8 * vocabulary_size < perplexity < 1.25 * vocabulary_size
     assert "causal_lm windows: done in" in err
+    short = tmp_path / "short.txt"
+    short.write_text("the cat\n")
+    assert cli.main(["evaluate", str(artifact), "--data", str(short)]) == 2
+    err = capsys.readouterr().err
+    assert "too short for one causal_lm window of 8 tokens" in err
+    assert len([line for line in err.splitlines() if line.startswith("lmfactory:")]) == 1
+    assert "Traceback" not in err
+
+
+def test_evaluate_checks_the_data_against_the_models_task(pushed, tmp_path, capsys):
+    """Files that do not hold what the pair classifier reads (sentence1, sentence2, label):
+    one line naming what the records have and what is missing, before any scoring."""
+    text = tmp_path / "plain.txt"
+    text.write_text("a gorgeous film\nutterly dull\n")
+    single = tmp_path / "single.tsv"
+    single.write_text("sentence\tlabel\na gorgeous film\tyes\nutterly dull\tno\n")
+    conll = tmp_path / "tags.conll"
+    conll.write_text("Paris\tB-location\nis\tO\n\n")
+    for data, extra, expected in [
+            (text, [], "missing ['sentence1', 'sentence2', 'label']"),
+            (single, [], "missing ['sentence1', 'sentence2']"),
+            (conll, ["--format", "conll"], "missing ['sentence1', 'sentence2', 'label']")]:
+        assert cli.main(["evaluate", str(pushed["serving"]), "--data", str(data),
+                         *extra]) == 2, data
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("lmfactory:")]
+        assert len(lines) == 1 and expected in lines[0], err
+        assert "Traceback" not in err and "scoring" not in err
 
 
 def test_predict_multiple_choice_takes_a_row_of_choices(pushed, tmp_path):
