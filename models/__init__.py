@@ -100,7 +100,14 @@ def checkpoint_format(path) -> str:
     config_path = _join(path, CHECKPOINT_CONFIG)
     if tf.io.gfile.exists(config_path):
         with tf.io.gfile.GFile(config_path, "r") as f:
-            config = json.load(f)
+            try:
+                config = json.load(f)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{config_path}: not valid JSON ({error.msg}, line "
+                                 f"{error.lineno})") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"{config_path}: must hold a JSON object, got a "
+                             f"{type(config).__name__}")
         if config.get("format") == CHECKPOINT_FORMAT:
             return "lmfactory"
         if "model_type" in config:

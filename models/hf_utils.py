@@ -32,7 +32,25 @@ def read_config(path: str) -> dict:
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"No {CONFIG_FILE} in Hugging Face folder {path!r}")
     with open(config_path, encoding="utf-8") as f:
-        return json.load(f)
+        try:
+            config = json.load(f)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{config_path}: not valid JSON ({error.msg}, line "
+                             f"{error.lineno})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_path}: must hold a JSON object, got a "
+                         f"{type(config).__name__}")
+    return config
+
+
+def positive_int(config: dict, key: str, source: str, default=None) -> int:
+    """``config[key]`` (``default`` when absent) as a positive integer; ValueError naming
+    the field otherwise."""
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{source}: config.json field {key!r} must be a positive integer, "
+                         f"got {value!r}")
+    return value
 
 
 def check_config(config: dict, source: str, *, required_keys, what: str, model_type: str,
@@ -55,20 +73,23 @@ def bert_layout_dimensions(config: dict) -> dict:
     ELECTRA): sizes, number of segments, and one dropout rate for embeddings, attention
     probabilities and sub-layer outputs (the published configs set hidden_dropout_prob =
     attention_probs_dropout_prob = 0.1)."""
+    source = "Hugging Face config"
     return {
-        "vocabulary_size": int(config["vocab_size"]),
-        "num_layers": int(config["num_hidden_layers"]),
-        "num_heads": int(config["num_attention_heads"]),
-        "hidden_dim": int(config["hidden_size"]),
-        "intermediate_dim": int(config["intermediate_size"]),
+        "vocabulary_size": positive_int(config, "vocab_size", source),
+        "num_layers": positive_int(config, "num_hidden_layers", source),
+        "num_heads": positive_int(config, "num_attention_heads", source),
+        "hidden_dim": positive_int(config, "hidden_size", source),
+        "intermediate_dim": positive_int(config, "intermediate_size", source),
         "dropout": float(config.get("hidden_dropout_prob", 0.1)),
-        "max_sequence_length": int(config.get("max_position_embeddings", 512)),
-        "num_segments": int(config.get("type_vocab_size", 2)),
+        "max_sequence_length": positive_int(config, "max_position_embeddings", source, 512),
+        "num_segments": positive_int(config, "type_vocab_size", source, 2),
     }
 
 
 def read_weights(path: str) -> dict:
-    """Every tensor of the folder's safetensors file(s), as float32 numpy arrays by name."""
+    """Every tensor of the folder's safetensors file(s), as numpy arrays by name, in their
+    stored dtype (`WeightReader` checks and casts each one a converter reads: a checkpoint
+    also holds integer buffers, such as BERT's ``position_ids``, that no weight takes)."""
     from safetensors.numpy import load_file
 
     index_path = os.path.join(path, WEIGHTS_INDEX_FILE)
@@ -84,8 +105,25 @@ def read_weights(path: str) -> dict:
     weights = {}
     for name in files:
         for key, value in load_file(os.path.join(path, name)).items():
-            weights[key] = value.astype("float32") if value.dtype != np.float32 else value
+            weights[key] = value
     return weights
+
+
+def as_float32_weight(name: str, value: np.ndarray) -> np.ndarray:
+    """``value`` as float32; ValueError naming the tensor when it is not floating point (an
+    integer or boolean tensor would be cast silently) or holds a value float32 cannot carry
+    (NaN, inf, or beyond float32's range, which the cast would turn into inf)."""
+    value = np.asarray(value)
+    if value.dtype.kind != "f":
+        raise ValueError(f"Checkpoint tensor {name!r} is {value.dtype}, where a floating-point "
+                         f"weight is expected")
+    if value.dtype != np.float32:
+        with np.errstate(over="ignore"):
+            value = value.astype(np.float32)
+    if not np.isfinite(value).all():
+        raise ValueError(f"Checkpoint tensor {name!r} holds non-finite values (NaN, inf or "
+                         f"beyond float32's range)")
+    return value
 
 
 class WeightReader:
@@ -108,7 +146,7 @@ class WeightReader:
         for prefix in self.prefixes:
             if prefix + name in self.weights:
                 self.read.add(prefix + name)
-                return self.weights[prefix + name]
+                return as_float32_weight(prefix + name, self.weights[prefix + name])
         stem = name.split(".")[0]
         similar = sorted(k for k in self.weights if stem in k)[:8]
         raise KeyError(f"Checkpoint has no weight {name!r} (prefixes tried: "
