@@ -371,6 +371,28 @@ def _one_line(error: BaseException) -> str:
     return lines[0] if lines else type(error).__name__
 
 
+DISK_FULL = "No space left on device"
+
+
+def disk_full(error: BaseException) -> str | None:
+    """The one-line message of a full disk anywhere in ``error``'s chain (an OSError with
+    ENOSPC, or TensorFlow's and Beam's errors, which carry the OS message), else None."""
+    import errno
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            where = f" writing {error.filename}" if error.filename else ""
+            return f"the disk is full{where} ({DISK_FULL})"
+        text = str(error)
+        if DISK_FULL in text:
+            line = next(line.strip() for line in text.splitlines() if DISK_FULL in line)
+            return f"the disk is full: {line[:300]}"
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _run_local(args, recipe) -> int:
     from lmfactory.pipelines import runners
 
@@ -384,7 +406,15 @@ def _run_local(args, recipe) -> int:
     except DATA_ERRORS as error:
         if args.verbose:
             raise
-        print(f"lmfactory: {_one_line(error)} (-v shows the traceback)", file=sys.stderr)
+        message = disk_full(error) or _one_line(error)
+        print(f"lmfactory: {message} (-v shows the traceback)", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001  (only a full disk is reported in one line)
+        message = disk_full(error)
+        if message is None or args.verbose:
+            raise
+        print(f"lmfactory: {message}; the run's finished artifacts are kept (-v shows the "
+              f"traceback)", file=sys.stderr)
         return 2
     minutes = (time.time() - started) / 60
     outcome = summary["evaluation"]

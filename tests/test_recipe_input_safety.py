@@ -2,7 +2,8 @@
 run's ``name``, ``serving.model_name``) are one safe path component, checked when the recipe
 is validated, so a run writes only under the folders it is given; YAML that does not parse
 (a file or a ``--set`` value) is a one-line error; aliases that would expand a few KB of YAML
-into millions of values are refused before anything walks them."""
+into millions of values are refused before anything walks them; a full disk during a run is
+one line naming the path."""
 
 import os
 
@@ -66,3 +67,25 @@ def test_a_recipe_of_nested_aliases_is_refused_before_it_is_expanded(tmp_path):
     many.write_text("a: &a 1\nb: [" + ", ".join(["*a"] * 500) + "]\n", encoding="utf-8")
     with pytest.raises(RecipeError, match="aliases"):
         load_recipe(str(many))
+
+
+@pytest.mark.parametrize("raised", [
+    OSError(28, "No space left on device", "/runs/x/pipeline/Pretrainer/model/3/keras"),
+    RuntimeError("Beam stage failed"),  # with the OS error as its cause, as Beam re-raises
+])
+def test_a_full_disk_during_a_run_is_one_line(raised, monkeypatch, tmp_path, capsys):
+    if isinstance(raised, RuntimeError):
+        try:
+            raise raised from Exception("write failed: [Errno 28] No space left on device: "
+                                        "'/runs/x/shard-00001'")
+        except RuntimeError as chained:
+            raised = chained
+
+    def full_disk(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(runners, "run_local", full_disk)
+    assert cli.main(["run", "bert_tiny_sst2", "--output-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "the disk is full" in err, err
+    assert "/runs/x/" in err
