@@ -30,6 +30,15 @@ def random_state_variables(model) -> list:
     return [variable for variable in model.variables if id(variable) not in weights]
 
 
+def _layout(variables) -> list:
+    """What identifies the seed states across processes: their order, shapes and dtypes.
+    Not their paths: Keras numbers auto-named layers and seed generators per process
+    (``seed_generator_12``), so the same model built after other stages ran in the process
+    (a whole DAG in one LocalDagRunner process) or after none (a re-run whose earlier
+    stages are cached) names them differently."""
+    return [[list(variable.shape), str(variable.dtype)] for variable in variables]
+
+
 class RandomStateBackup(keras.callbacks.Callback):
     """Saves the seed states at each epoch end into ``backup_dir`` and, when a training
     resumes at epoch k (``BackupAndRestore`` restored the weights), puts back those saved
@@ -60,9 +69,9 @@ class RandomStateBackup(keras.callbacks.Callback):
         if not epoch or not variables:
             return
         stored = self._read()
-        names = json.loads(str(stored.get("names", "[]")))
+        layout = json.loads(str(stored.get("layout", "[]")))
         prefix = f"epoch{epoch}_"
-        if names != [v.path for v in variables] or f"{prefix}0" not in stored:
+        if layout != _layout(variables) or f"{prefix}0" not in stored:
             logging.warning("No random state saved for checkpoint interval %d in %s: dropout "
                             "masks after the resume differ from an uninterrupted run's",
                             epoch, self.path)
@@ -80,7 +89,7 @@ class RandomStateBackup(keras.callbacks.Callback):
                   if key.startswith("epoch") and int(key[5:].split("_")[0]) in keep}
         arrays.update({f"epoch{epoch + 1}_{index}": np.asarray(variable.numpy())
                        for index, variable in enumerate(variables)})
-        arrays["names"] = np.array(json.dumps([v.path for v in variables]))
+        arrays["layout"] = np.array(json.dumps(_layout(variables)))
         tf.io.gfile.makedirs(os.path.dirname(self.path))
         temporary = self.path + ".tmp"
         buffer = io.BytesIO()
