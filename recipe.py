@@ -27,6 +27,8 @@ from lmfactory.components.trainer.strategy import STRATEGIES
 from lmfactory.recipe_knowledge import check_knowledge_graph
 from lmfactory.recipe_knowledge import schema as knowledge_graph_schema
 from lmfactory.recipe_lm_finetuning import check_lm_finetuning
+from lmfactory.recipe_yaml import RecipeYamlError
+from lmfactory.recipe_yaml import parse_yaml as _parse_yaml
 
 RECIPE_SUFFIX = ".yaml"
 FORMATS = ingest_formats.ALL_FORMATS  # text, tsv, csv, jsonl, tfds and the task formats
@@ -126,59 +128,12 @@ def _merge(defaults: dict, values: dict) -> dict:
     return merged
 
 
-# A recipe is a few hundred values: YAML aliases that expand it far beyond that (a "billion
-# laughs" file of nested aliases is a few KB) are refused before anything copies the tree.
-MAX_RECIPE_VALUES = 20_000
-MAX_ALIASES = 200
-
-
-class _RecipeLoader(yaml.SafeLoader):
-    """YAML's safe loader that counts the aliases it resolves (at most `MAX_ALIASES`)."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.events.AliasEvent):
-            self.aliases = getattr(self, "aliases", 0) + 1
-            if self.aliases > MAX_ALIASES:
-                mark = self.peek_event().start_mark
-                raise yaml.YAMLError(f"more than {MAX_ALIASES} aliases (line "
-                                     f"{mark.line + 1})")
-        return super().compose_node(parent, index)
-
-
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    """One line of a YAML error: what is wrong, and where."""
-    problem = getattr(error, "problem", None) or str(error).strip().splitlines()[0]
-    mark = getattr(error, "problem_mark", None)
-    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
-
-
-def _count_values(value, budget: int) -> int:
-    """How many values ``value`` holds once its aliases are expanded; stops counting past
-    ``budget`` (an alias bomb is not walked to its end)."""
-    count, stack = 0, [value]
-    while stack and count <= budget:
-        node = stack.pop()
-        count += 1
-        if isinstance(node, dict):
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return count
-
-
 def parse_yaml(text, what: str, source: str = ""):
-    """``text`` (a string or a file) as YAML, through the safe loader; RecipeError in one
-    line (``what``: the field it is; ``source``: the file, named in the message) when it is
-    not valid YAML or its aliases expand it past `MAX_RECIPE_VALUES` values."""
-    prefix = f"{source}: " if source else ""
+    """recipe_yaml.parse_yaml, its errors as `RecipeError` naming ``what``."""
     try:
-        value = yaml.load(text, Loader=_RecipeLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.YAMLError as error:
-        raise RecipeError(what, f"{prefix}not valid YAML: {_yaml_problem(error)}") from None
-    if _count_values(value, MAX_RECIPE_VALUES) > MAX_RECIPE_VALUES:
-        raise RecipeError(what, f"{prefix}expands to more than {MAX_RECIPE_VALUES:,} values "
-                                f"(YAML aliases); a recipe holds a few hundred")
-    return value
+        return _parse_yaml(text, what, source)
+    except RecipeYamlError as error:
+        raise RecipeError(error.field, error.message) from None
 
 
 def apply_overrides(values: dict, assignments: list[str]) -> dict:
