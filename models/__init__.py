@@ -99,15 +99,10 @@ def checkpoint_format(path) -> str:
         raise FileNotFoundError(f"Checkpoint folder {path!r} does not exist")
     config_path = _join(path, CHECKPOINT_CONFIG)
     if tf.io.gfile.exists(config_path):
+        from lmfactory.models.hf_utils import json_object
+
         with tf.io.gfile.GFile(config_path, "r") as f:
-            try:
-                config = json.load(f)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{config_path}: not valid JSON ({error.msg}, line "
-                                 f"{error.lineno})") from None
-        if not isinstance(config, dict):
-            raise ValueError(f"{config_path}: must hold a JSON object, got a "
-                             f"{type(config).__name__}")
+            config = json_object(f.read(), config_path)
         if config.get("format") == CHECKPOINT_FORMAT:
             return "lmfactory"
         if "model_type" in config:

@@ -32,14 +32,18 @@ def read_config(path: str) -> dict:
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"No {CONFIG_FILE} in Hugging Face folder {path!r}")
     with open(config_path, encoding="utf-8") as f:
-        try:
-            config = json.load(f)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{config_path}: not valid JSON ({error.msg}, line "
-                             f"{error.lineno})") from None
+        return json_object(f.read(), config_path)
+
+
+def json_object(text: str, path: str) -> dict:
+    """``text`` (the contents of ``path``) as a JSON object; ValueError in one line naming
+    the file when it is not JSON or not an object."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error.msg}, line {error.lineno})") from None
     if not isinstance(config, dict):
-        raise ValueError(f"{config_path}: must hold a JSON object, got a "
-                         f"{type(config).__name__}")
+        raise ValueError(f"{path}: must hold a JSON object, got a {type(config).__name__}")
     return config
 
 
