@@ -91,3 +91,12 @@ def _kill_parent_and_watch_workers(tmp_path, mode):
 def test_sdk_workers_die_with_a_killed_parent(tmp_path):
     workers, survivors = _kill_parent_and_watch_workers(tmp_path, "install")
     assert workers and survivors == []
+
+
+def test_the_launcher_runs_the_shell_command_as_given(tmp_path):
+    from lmfactory.pipelines import beam_workers
+
+    command = "printf '%s|' 'two words' \"$LMF_PROBE\" > " + str(tmp_path / "out")
+    subprocess.run(beam_workers.launcher_command(command), shell=True, check=True,
+                   env=dict(os.environ, LMF_PROBE="from env"))
+    assert (tmp_path / "out").read_text() == "two words|from env|"
