@@ -86,6 +86,9 @@ DEFAULTS = {
                 # eval_steps eval batches at each checkpoint (the validation curve), and a
                 # progress line (step, loss, rate, ETA) at least every progress_seconds
                 "validate_checkpoints": True, "progress_seconds": 30,
+                # A serving SavedModel for every training stage, not only the stage whose
+                # model is evaluated and pushed (the others feed a later stage only)
+                "export_every_stage": False,
                 # auto: in_memory for a stage whose input is below in_memory_below_mb,
                 # multi_processing (direct_num_workers processes) above (beam_options.py)
                 "beam": {"direct_running_mode": "auto", "direct_num_workers": 2,
@@ -592,6 +595,7 @@ def validate(recipe: dict) -> dict:
             raise RecipeError("finetuning.keep", "best needs runtime.validate_checkpoints: "
                                                  "true (the validation at each checkpoint)")
     check.boolean("runtime.validate_checkpoints")
+    check.boolean("runtime.export_every_stage")
     if not isinstance(check.get("finetuning.monitor"), str):
         raise RecipeError("finetuning.monitor", "must be the name of a validation metric, "
                                                 "e.g. loss or accuracy")

@@ -54,6 +54,11 @@ def saved_model_dir(path: str) -> str:
         return path
     if os.path.exists(os.path.join(path, SERVING_DIR, SAVED_MODEL)):
         return os.path.join(path, SERVING_DIR)
+    if os.path.exists(os.path.join(path, KERAS_CONFIG)):
+        raise ModelPathError(
+            f"{path!r} is the Model artifact of a stage whose model feeds a later stage, and "
+            f"has no serving SavedModel (the pushed stage's has one; a recipe with "
+            f"runtime.export_every_stage: true exports every stage's)")
     versions = _versions(path)
     if versions:
         return os.path.join(path, versions[-1])

@@ -107,9 +107,11 @@ def task_record(recipe: dict) -> dict | None:
 
 
 def _trainer_config(recipe: dict, settings: dict, task: dict | None,
-                    model: dict | None = None) -> dict:
+                    model: dict | None = None, pushed: bool = False) -> dict:
     """The Trainer's custom_config (components/trainer/config.py). ``model``: architecture,
-    preset and overrides when they are not the recipe's own (a distillation teacher)."""
+    preset and overrides when they are not the recipe's own (a distillation teacher).
+    ``pushed``: the stage whose model is evaluated and pushed, which always gets its serving
+    SavedModel; the other stages only with ``runtime.export_every_stage``."""
     runtime = recipe["runtime"]
     model = model or recipe
     return {
@@ -134,11 +136,12 @@ def _trainer_config(recipe: dict, settings: dict, task: dict | None,
         "seed": runtime["seed"],
         "generation": recipe["serving"]["generation"],
         "task_args": settings.get("task_args", {}),
+        "export_serving": bool(pushed or runtime["export_every_stage"]),
     }
 
 
 def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, model=None,
-             kg_embeddings=None, graph=None):
+             kg_embeddings=None, graph=None, pushed: bool = False):
     """A TFX Trainer running ``run_fn`` with the recipe section ``stage``'s settings
     (``model["pretraining"]`` for a teacher); with ``kg_embeddings`` (a KGEmbeddings
     channel) a KnowledgeTrainer (components/knowledge_graph) that hands them and the
@@ -150,7 +153,7 @@ def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, mod
         base_model=base_model,
         train_args=trainer_pb2.TrainArgs(num_steps=settings["steps"]),
         eval_args=trainer_pb2.EvalArgs(num_steps=settings["eval_steps"]),
-        custom_config=_trainer_config(recipe, settings, task, model),
+        custom_config=_trainer_config(recipe, settings, task, model, pushed),
     )
     if kg_embeddings is not None:
         return KnowledgeTrainer(kg_embeddings=kg_embeddings, knowledge_graph=graph,
@@ -158,14 +161,15 @@ def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, mod
     return Trainer(**arguments)
 
 
-def _distiller(recipe: dict, stage: str, examples, teacher_model, task=None, base_model=None):
+def _distiller(recipe: dict, stage: str, examples, teacher_model, task=None, base_model=None,
+               pushed: bool = False):
     """A Distiller (components/distiller): the Trainer's settings plus a teacher."""
     settings = recipe[stage]
     return Distiller(
         examples=examples, teacher_model=teacher_model, base_model=base_model, run_fn=RUN_FN,
         train_args=trainer_pb2.TrainArgs(num_steps=settings["steps"]),
         eval_args=trainer_pb2.EvalArgs(num_steps=settings["eval_steps"]),
-        custom_config=_trainer_config(recipe, settings, task))
+        custom_config=_trainer_config(recipe, settings, task, pushed=pushed))
 
 
 def _lm_example_gen(recipe: dict, examples, vocabulary, objective_name: str | None = None):
@@ -310,11 +314,12 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         components.append(teacher_finetuner)
         finetuner = _distiller(recipe, "finetuning", task_examples,
                                teacher_finetuner.outputs["model"], task=task,
-                               base_model=pretrained_model).with_id("TaskDistiller")
+                               base_model=pretrained_model, pushed=True).with_id("TaskDistiller")
     else:
         finetuner = _trainer(recipe, "finetuning", task_examples, task=task,
                              base_model=pretrained_model,
-                             kg_embeddings=kg_embeddings, graph=graph).with_id("FineTuner")
+                             kg_embeddings=kg_embeddings, graph=graph,
+                             pushed=True).with_id("FineTuner")
     baseline = Resolver(
         strategy_class=LatestBlessedModelStrategy,
         model=Channel(type=standard_artifacts.Model),

@@ -56,6 +56,12 @@ def test_model_arguments_resolve_to_saved_models_and_artifacts(tmp_path):
     assert artifact(str(run)) == old  # what the newest evaluation scored
     shutil.rmtree(run / "serving")
     assert saved(str(run)) == os.path.join(old, "Format-Serving")  # nothing pushed
+    # a stage that only feeds a later one has keras/ and no SavedModel: said in one line
+    feeding = run / "pipeline" / "Distiller" / "model" / "3"
+    os.makedirs(feeding / "keras")
+    (feeding / "keras" / "model_config.json").write_text('{"task": {"kind": "language_model"}}')
+    with pytest.raises(model_paths.ModelPathError, match="runtime.export_every_stage: true"):
+        saved(str(feeding))
     stray = _saved_model(tmp_path / "elsewhere" / "1", "lonely")
     with pytest.raises(model_paths.ModelPathError, match="without its Model artifact"):
         artifact(stray)

@@ -88,3 +88,27 @@ def test_every_dag_shape_compiles_for_vertex(recipe_name, expected, tmp_path):
         assert not {"CorpusExampleGen", "Pretrainer"} & tasks
     executors = json.dumps(spec["pipelineSpec"]["deploymentSpec"]["executors"])
     assert "lmfactory.components" in executors
+
+
+@pytest.mark.parametrize("recipe_name, pushed", [("tinybert_tiny_sst2", "TaskDistiller"),
+                                                 ("gpt2_tiny_shakespeare", "FineTuner")])
+def test_only_the_pushed_stage_exports_a_serving_model(recipe_name, pushed, tmp_path):
+    """Every other training stage's model only feeds a later one: keras/ without the serving
+    export, unless runtime.export_every_stage asks for every stage's."""
+    import json
+
+    from lmfactory.pipelines.pipeline import create_components
+
+    def exports(overrides):
+        found = {}
+        for component in create_components(load_recipe(recipe_name, overrides),
+                                           str(tmp_path)):
+            config = component.exec_properties.get("custom_config")
+            config = json.loads(config) if isinstance(config, str) else config
+            if config and "export_serving" in config:  # the Trainer stages
+                found[component.id] = config["export_serving"]
+        return found
+
+    default = exports([])
+    assert len(default) >= 2 and {stage for stage, on in default.items() if on} == {pushed}
+    assert set(exports(["runtime.export_every_stage=true"]).values()) == {True}

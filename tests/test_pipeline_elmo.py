@@ -24,7 +24,8 @@ def test_elmo_pretrains_fine_tunes_and_pushes(tmp_path, demo_data):
         f"data.task.splits.train={train}", f"data.task.splits.eval={dev}",
         f"data.corpus.path={small_corpus(demo_data, tmp_path / 'corpus.txt', 120)}",
         "tokenizer.vocab_size=600", "objective.max_seq_length=12",
-        "finetuning.sequence_length=24", "evaluation.threshold=0.0"]
+        "finetuning.sequence_length=24", "evaluation.threshold=0.0",
+        "runtime.export_every_stage=true"]  # the biLM's own SavedModel, read below
     summary = runners.run_local(load_recipe("elmo_wikitext2_sst2", overrides),
                                 str(tmp_path / "runs"))
     assert summary["evaluation"]["blessed"] is True

@@ -94,9 +94,11 @@ def test_word2vec_pretrains_continues_and_pushes_word_vectors(tmp_path, demo_dat
     with open(os.path.join(projector, "metadata.tsv"), encoding="utf-8") as f:
         words = f.read().splitlines()
     assert vectors.shape == (len(words), 16) and "lobster" in words and "<unk>" not in words
-    # The Pretrainer's model is served the same way.
+    # The Pretrainer's model only feeds the FineTuner: its Keras model, no serving export.
     pretrained = tf.io.gfile.glob(f"{root}/Pretrainer/model/*")[0]
-    assert tf.io.gfile.exists(os.path.join(pretrained, "projector", "vectors.tsv"))
+    assert read_model_config(pretrained)["task"]["objective"] == "skipgram"
+    assert not tf.io.gfile.exists(os.path.join(pretrained, "Format-Serving", "saved_model.pb"))
+    assert not tf.io.gfile.exists(os.path.join(pretrained, "projector"))
 
     loaded = tf.saved_model.load(summary["pushed_model"])
     out = loaded.signatures["serving_default"](words=tf.constant(WORDS))

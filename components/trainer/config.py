@@ -44,6 +44,11 @@ class TrainerConfig:
     progress_seconds: float | None = 30.0  # a progress line at least this often
     seed: int = 0
     generation: dict = dataclasses.field(default_factory=dict)
+    # Whether the Model artifact gets its serving SavedModel (Format-Serving/). The pipeline
+    # turns it off for a stage whose model only feeds a later stage (recipe
+    # runtime.export_every_stage turns it back on): such a model is never pushed, and the
+    # export (tracing, saving) is most of a small stage's fixed cost.
+    export_serving: bool = True
     # Extra constructor arguments of the objective's task model (e.g. ELECTRA's
     # generator size and RTD weight, a distiller's loss weights).
     task_args: dict = dataclasses.field(default_factory=dict)

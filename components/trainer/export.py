@@ -20,6 +20,12 @@ from lmfactory.components import tasks as task_kinds
 from lmfactory.components.trainer.model_artifact import (
     BACKBONE_WEIGHTS, MODEL_CONFIG, TASK_MODEL, VOCABULARY_DIR, copy_dir, keras_dir_of)
 
+# What a stage without a serving export leaves in its Format-Serving folder.
+NOT_EXPORTED = "NOT_EXPORTED.txt"
+NOT_EXPORTED_TEXT = ("This stage's model feeds a later training stage and is not exported "
+                     "for serving; keras/ holds it. A recipe with runtime.export_every_stage: "
+                     "true exports every stage's model.\n")
+
 
 def export_serving_model(task_model, vocab_dir: str, model_config: dict, export_dir: str,
                          preprocessor=None) -> None:
@@ -47,10 +53,10 @@ def write_warmup(serving_model_dir: str, eval_files: str, model_config: dict,
 
 def write_model_artifact(serving_model_dir: str, task_model, backbone, vocab_dir: str,
                          model_config: dict, preprocessor=None,
-                         eval_files: str | None = None) -> dict:
-    """Writes the keras/ folder beside ``serving_model_dir`` and exports the SavedModel into
-    it, with warm-up requests built from ``eval_files`` (a file pattern of eval records)
-    when given. ``model_config`` gets ``architecture`` from the backbone's registry record
+                         eval_files: str | None = None, export: bool = True) -> dict:
+    """Writes the keras/ folder beside ``serving_model_dir`` and, with ``export``, exports
+    the SavedModel into it, with warm-up requests built from ``eval_files`` (a file pattern
+    of eval records) when given. ``model_config`` gets ``architecture`` from the backbone's registry record
     and ``backbone_config`` from ``backbone.get_config()``; returns the config written."""
     keras_dir = keras_dir_of(serving_model_dir)
     tf.io.gfile.makedirs(keras_dir)
@@ -62,6 +68,14 @@ def write_model_artifact(serving_model_dir: str, task_model, backbone, vocab_dir
                         backbone_config=backbone.get_config())
     with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG), "w") as f:
         json.dump(model_config, f, indent=2, sort_keys=True)
+    if not export:
+        # The folder exists all the same: TFX's Trainer takes a missing one for a failed run.
+        tf.io.gfile.makedirs(serving_model_dir)
+        with tf.io.gfile.GFile(os.path.join(serving_model_dir, NOT_EXPORTED), "w") as f:
+            f.write(NOT_EXPORTED_TEXT)
+        logging.info("No serving SavedModel for this stage: its model feeds a later stage "
+                     "(runtime.export_every_stage: true exports one)")
+        return model_config
     export_serving_model(task_model, vocab_dir, model_config, serving_model_dir,
                          preprocessor=preprocessor)
     if eval_files:

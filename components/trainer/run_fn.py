@@ -266,7 +266,7 @@ def _write_outputs(fn_args, config, task_model, backbone, vocab_dir, metrics, ta
         fn_args.serving_model_dir, task_model, backbone, vocab_dir,
         {"preset": config.preset, "task": task, "train_metrics": metrics,
          "generation": config.generation}, preprocessor=preprocessor,
-        eval_files=warmup_files)
+        eval_files=warmup_files, export=config.export_serving)
 
 
 __all__ = ["run_fn", "examples_uri_of", "keras_dir_of", "load_model_backbone",
