@@ -21,6 +21,8 @@ they hold preprocessing, decoding loops and several signatures.
 
 from __future__ import annotations
 
+import os
+
 import keras
 import tensorflow as tf
 
@@ -74,10 +76,64 @@ def servable_root(module: tf.Module, functions: list = ()) -> tf.Module:
 def save(module: tf.Module, export_dir: str, signatures: dict) -> None:
     """Writes ``signatures`` (name -> concrete function, or tf.function with an input
     signature, of ``module``) as a SavedModel that both TF Serving's loader and
-    ``tf.saved_model.load`` run (see the module docstring)."""
+    ``tf.saved_model.load`` run (see the module docstring). The signatures stay at hand for
+    `take_saved_signatures` until the next save."""
     signatures = {name: _concrete(function) for name, function in signatures.items()}
     tf.saved_model.save(servable_root(module, list(signatures.values())), export_dir,
                         signatures=signatures)
+    _LAST_SAVED.clear()
+    _LAST_SAVED[_key(export_dir)] = signatures
 
 
-__all__ = ["save", "servable_root"]
+# The signatures of the last `save` in this process, by export folder: one entry, so that a
+# model nobody asks about is not kept alive for long.
+_LAST_SAVED: dict = {}
+
+
+def _key(export_dir: str) -> str:
+    return export_dir if "://" in export_dir else os.path.abspath(export_dir)
+
+
+class _KeywordSignature:
+    """A saved concrete function called as a loaded SavedModel's signature is: inputs by
+    their SignatureDef names (its input specs' names), outputs as a dict."""
+
+    def __init__(self, function, names: list):
+        self._function, self._names = function, names
+        specs = function.structured_input_signature[0]
+        self.structured_input_signature = ((), dict(zip(names, specs)))
+
+    def __call__(self, **inputs):
+        outputs = self._function(*[inputs[name] for name in self._names])
+        if not isinstance(outputs, dict):
+            raise ValueError(f"signature returns {type(outputs).__name__}, not a dict")
+        return outputs
+
+
+class SavedSignatures:
+    """Stands for ``tf.saved_model.load(export_dir)`` where only ``signatures`` is read."""
+
+    def __init__(self, signatures: dict):
+        self.signatures = signatures
+
+
+def take_saved_signatures(export_dir: str):
+    """The signatures `save` just wrote to ``export_dir``, as a `SavedSignatures` (the
+    traced functions themselves: no reload of the SavedModel), and forgets them; None when
+    the last save was elsewhere or a signature's inputs are not flat named tensors (then
+    load the SavedModel)."""
+    signatures = _LAST_SAVED.pop(_key(export_dir), None)
+    if signatures is None:
+        return None
+    wrapped = {}
+    for name, function in signatures.items():
+        positional, keywords = function.structured_input_signature
+        names = [getattr(spec, "name", None) for spec in positional]
+        if keywords or not all(isinstance(spec, tf.TensorSpec) for spec in positional) \
+                or not all(names) or len(set(names)) != len(names):
+            return None
+        wrapped[name] = _KeywordSignature(function, names)
+    return SavedSignatures(wrapped)
+
+
+__all__ = ["SavedSignatures", "save", "servable_root", "take_saved_signatures"]

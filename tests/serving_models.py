@@ -26,6 +26,7 @@ import tensorflow as tf
 from lmfactory import models
 from lmfactory.components import tasks as task_kinds
 from lmfactory.components.trainer import export as export_lib
+from lmfactory.models import saved_model
 from lmfactory.models.tokenizers import load_tokenizer
 from conformance import tiny
 
@@ -258,14 +259,20 @@ def _exported(architecture: str, kind: str, variant: str) -> tuple:
     export_dir = os.path.join(_ROOT, f"{architecture}_{kind}_{variant}", "Format-Serving")
     export_lib.export_serving_model(model, vocabulary(architecture), model_config, export_dir,
                                     preprocessor=preprocessor)
+    _SAVED_SIGNATURES[export_dir] = saved_model.take_saved_signatures(export_dir)
     return export_dir, model_config
+
+
+# export folder -> the signatures its export traced (`saved_model.take_saved_signatures`),
+# which write the warm-up requests as the Trainer writes them, without a reload.
+_SAVED_SIGNATURES: dict = {}
 
 
 def warmed(architecture: str, kind: str) -> str:
     """A copy of the pair's SavedModel folder with TF Serving's warm-up requests written into
     it by the Trainer's export step (`export.write_warmup`, from three eval records of the
-    kind, `eval_rows`), once per process. The graph is the export's: `loaded` of the export
-    serves for both."""
+    kind, `eval_rows`), once per process: the requests run through the signatures the export
+    traced, as in the Trainer (`loaded` of the export when those are not at hand)."""
     return _warmed(architecture, kind)[0]
 
 
@@ -282,7 +289,9 @@ def _warmed(architecture: str, kind: str) -> tuple:
     pattern = write_records(os.path.join(_ROOT, f"{architecture}_{kind}_eval"),
                             eval_rows(kind, architecture))
     summary = export_lib.write_warmup(warmed_dir, pattern, model_config,
-                                      vocabulary(architecture), loaded=loaded(export_dir))
+                                      vocabulary(architecture),
+                                      loaded=_SAVED_SIGNATURES.get(export_dir)
+                                      or loaded(export_dir))
     assert summary and summary["requests"], (architecture, kind, summary)
     return warmed_dir, summary
 
@@ -405,5 +414,6 @@ def release() -> None:
     walk."""
     for cached in (_vocabulary, backbone, _task_model, loaded, refusal, _exported, _warmed):
         cached.cache_clear()
+    _SAVED_SIGNATURES.clear()
     keras.backend.clear_session()
     gc.collect()

@@ -231,8 +231,10 @@ def write_warmup_requests(export_dir: str, file_pattern: str, model_config: dict
                           loaded=None) -> dict:
     """Writes the warm-up file of the SavedModel in ``export_dir``: one request per
     signature, built from the first ``count`` records of ``file_pattern``, each run through
-    the loaded signature and logged with its response (`recorded_response`) (``loaded``: the model already loaded by
-    ``tf.saved_model.load``, if any). Returns ``{"requests": n, "signatures": [...],
+    the signature and logged with its response (`recorded_response`). ``loaded``: what
+    holds the signatures, if at hand: the model already loaded by ``tf.saved_model.load``,
+    or the functions just saved (`models.saved_model.take_saved_signatures`); otherwise the
+    SavedModel is loaded. Returns ``{"requests": n, "signatures": [...],
     "skipped": {signature: reason}}``; writes nothing when no request is usable."""
     import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
     from tensorflow_serving.apis import prediction_log_pb2

@@ -16,6 +16,7 @@ import os
 import tensorflow as tf
 
 from lmfactory import models
+from lmfactory.models import saved_model
 from lmfactory.components import tasks as task_kinds
 from lmfactory.components.trainer.model_artifact import (
     BACKBONE_WEIGHTS, MODEL_CONFIG, TASK_MODEL, VOCABULARY_DIR, copy_dir, keras_dir_of)
@@ -79,5 +80,8 @@ def write_model_artifact(serving_model_dir: str, task_model, backbone, vocab_dir
     export_serving_model(task_model, vocab_dir, model_config, serving_model_dir,
                          preprocessor=preprocessor)
     if eval_files:
-        write_warmup(serving_model_dir, eval_files, model_config, vocab_dir)
+        # The requests run through the signatures just traced, not a reload of the
+        # SavedModel; the Pusher's loader check compares the C API's answers with theirs.
+        write_warmup(serving_model_dir, eval_files, model_config, vocab_dir,
+                     loaded=saved_model.take_saved_signatures(serving_model_dir))
     return model_config
