@@ -259,13 +259,14 @@ def _exported(architecture: str, kind: str, variant: str) -> tuple:
     export_dir = os.path.join(_ROOT, f"{architecture}_{kind}_{variant}", "Format-Serving")
     export_lib.export_serving_model(model, vocabulary(architecture), model_config, export_dir,
                                     preprocessor=preprocessor)
-    _SAVED_SIGNATURES[export_dir] = saved_model.take_saved_signatures(export_dir)
+    if not variant:  # the warm-up requests now, as the Trainer writes them after its export
+        _WARMED[(architecture, kind)] = _warm(architecture, kind, export_dir, model_config,
+                                              saved_model.take_saved_signatures(export_dir))
     return export_dir, model_config
 
 
-# export folder -> the signatures its export traced (`saved_model.take_saved_signatures`),
-# which write the warm-up requests as the Trainer writes them, without a reload.
-_SAVED_SIGNATURES: dict = {}
+# (architecture, kind) -> `_warm`'s (folder, summary), written right after the export.
+_WARMED: dict = {}
 
 
 def warmed(architecture: str, kind: str) -> str:
@@ -281,18 +282,24 @@ def warmup_summary(architecture: str, kind: str) -> dict:
     return _warmed(architecture, kind)[1]
 
 
-@functools.lru_cache(maxsize=None)
 def _warmed(architecture: str, kind: str) -> tuple:
-    export_dir, model_config = exported(architecture, kind)
+    exported(architecture, kind)
+    warmed_dir, summary = _WARMED[(architecture, kind)]
+    assert summary and summary["requests"], (architecture, kind, summary)
+    return warmed_dir, summary
+
+
+def _warm(architecture: str, kind: str, export_dir: str, model_config: dict,
+          signatures) -> tuple:
+    """Copies the export and writes its warm-up requests, run through ``signatures`` (the
+    functions the export traced; None: the SavedModel loaded)."""
     warmed_dir = os.path.join(_ROOT, f"{architecture}_{kind}_warmed", "Format-Serving")
     shutil.copytree(export_dir, warmed_dir)
     pattern = write_records(os.path.join(_ROOT, f"{architecture}_{kind}_eval"),
                             eval_rows(kind, architecture))
     summary = export_lib.write_warmup(warmed_dir, pattern, model_config,
                                       vocabulary(architecture),
-                                      loaded=_SAVED_SIGNATURES.get(export_dir)
-                                      or loaded(export_dir))
-    assert summary and summary["requests"], (architecture, kind, summary)
+                                      loaded=signatures or loaded(export_dir))
     return warmed_dir, summary
 
 
@@ -412,8 +419,8 @@ def release() -> None:
     them is done, so that the rest of the worker's tests do not carry them: a process
     holding them has several times more live objects for each full garbage collection to
     walk."""
-    for cached in (_vocabulary, backbone, _task_model, loaded, refusal, _exported, _warmed):
+    for cached in (_vocabulary, backbone, _task_model, loaded, refusal, _exported):
         cached.cache_clear()
-    _SAVED_SIGNATURES.clear()
+    _WARMED.clear()
     keras.backend.clear_session()
     gc.collect()

@@ -39,6 +39,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from lmfactory.models.saved_model import SavedSignatures
+
 ASSETS_EXTRA = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"
 DEFAULT_COUNT = 3  # raw examples per request; one request per signature
@@ -255,6 +257,13 @@ def write_warmup_requests(export_dir: str, file_pattern: str, model_config: dict
             continue
         logs.append(prediction_log_pb2.PredictionLog(
             predict_log=prediction_log_pb2.PredictLog(request=request, response=response)))
+    if skipped and isinstance(loaded, SavedSignatures):
+        # The functions just traced failed (e.g. a tokenizer resource another model has
+        # since released): the SavedModel, loaded afresh, decides what is kept.
+        logging.warning("Warm-up of %s: the traced signatures failed (%s); loading the "
+                        "SavedModel to run the requests", export_dir, skipped)
+        return write_warmup_requests(export_dir, file_pattern, model_config, vocab_dir,
+                                     count, loaded=tf.saved_model.load(export_dir))
     if logs:
         tf.io.gfile.makedirs(os.path.join(export_dir, ASSETS_EXTRA))
         with tf.io.TFRecordWriter(warmup_path(export_dir)) as writer:
