@@ -67,8 +67,9 @@ def check_servable(model_path: str) -> tuple:
     only a warning. Returns the model's `loader_check.ServingInterface`, read once."""
     from lmfactory.components.pusher import loader_check, model_guard, op_audit, warmup
 
+    saved_model = op_audit.read_saved_model(model_path)  # one parse for every check
     try:
-        problems = op_audit.audit_saved_model(model_path)
+        problems = op_audit.audit_saved_model(model_path, saved_model)
     except RuntimeError as error:
         logging.warning("TF Serving op audit not run: %s", error)
         problems = {}
@@ -76,11 +77,11 @@ def check_servable(model_path: str) -> tuple:
         raise ValueError(f"Pusher: {model_path} cannot be served by tensorflow/serving:"
                          f"{op_audit.TF_SERVING_VERSION}: " + "; ".join(
                              f"{op} is {reason}" for op, reason in problems.items()))
-    found = model_guard.outside_ops(model_path)
+    found = model_guard.outside_ops(model_path, saved_model)
     if found:
         raise ValueError(f"Pusher: {model_path} is not pushed: its served graph runs ops that "
                          f"reach outside the process: {model_guard.describe(found)}")
-    interface = loader_check.read_interface(model_path)
+    interface = loader_check.read_interface(model_path, saved_model)
     if not interface.requests:
         logging.warning("Pusher: %s has no %s/%s; TF Serving will load it without warm-up",
                         model_path, warmup.ASSETS_EXTRA, warmup.WARMUP_FILE)

@@ -83,11 +83,10 @@ def c_api_libraries() -> list:
     return paths
 
 
-def read_signature_defs(export_dir: str) -> dict:
-    """The SignatureDefs of the MetaGraph tagged ``serve``, read from saved_model.pb."""
-    from tensorflow.python.saved_model import loader_impl
-
-    saved_model = loader_impl.parse_saved_model(export_dir)
+def read_signature_defs(export_dir: str, saved_model=None) -> dict:
+    """The SignatureDefs of the MetaGraph tagged ``serve``, read from saved_model.pb
+    (``saved_model``: its proto, if already read)."""
+    saved_model = saved_model or op_audit.read_saved_model(export_dir)
     for meta_graph in saved_model.meta_graphs:
         if "serve" in meta_graph.meta_info_def.tags:
             return dict(meta_graph.signature_def)
@@ -216,12 +215,13 @@ class ServingInterface:
     responses: tuple = ()
 
 
-def read_interface(export_dir: str) -> ServingInterface:
-    """The SavedModel's `ServingInterface` (no requests when it has no warm-up file)."""
+def read_interface(export_dir: str, saved_model=None) -> ServingInterface:
+    """The SavedModel's `ServingInterface` (no requests when it has no warm-up file;
+    ``saved_model``: its proto, if already read)."""
     logs = (warmup.read_warmup_logs(export_dir)
             if tf.io.gfile.exists(warmup.warmup_path(export_dir)) else [])
     return ServingInterface(
-        read_signature_defs(export_dir), tuple(log.request for log in logs),
+        read_signature_defs(export_dir, saved_model), tuple(log.request for log in logs),
         tuple(log.response if log.HasField("response") else None for log in logs))
 
 

@@ -22,7 +22,6 @@ The Pusher refuses such a model (components/pusher/executor.py), and ``lmfactory
 
 from __future__ import annotations
 
-import os
 
 # Ops that reach outside the process when they run, by what they reach (TensorFlow 2.16's
 # op registry; tests/test_model_guard.py checks that every name is registered).
@@ -119,15 +118,13 @@ def _served_outputs(meta_graph) -> list[str]:
     return outputs
 
 
-def outside_ops(export_dir: str) -> dict:
+def outside_ops(export_dir: str, saved_model=None) -> dict:
     """``{op: what it reaches}`` of the ops that reach outside the process in the parts of
-    the SavedModel in ``export_dir`` that run when it is served (module docstring)."""
-    import tensorflow as tf
-    from tensorflow.core.protobuf import saved_model_pb2
+    the SavedModel in ``export_dir`` that run when it is served (module docstring;
+    ``saved_model``: its proto, if already read)."""
+    from lmfactory.components.pusher.op_audit import read_saved_model
 
-    saved_model = saved_model_pb2.SavedModel()
-    with tf.io.gfile.GFile(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
-        saved_model.ParseFromString(f.read())
+    saved_model = saved_model or read_saved_model(export_dir)
     found = {}
     for meta_graph in saved_model.meta_graphs:
         for node in _reachable_nodes(meta_graph.graph_def, _served_outputs(meta_graph)):

@@ -176,14 +176,22 @@ def graph_def_ops(graph_def) -> set:
     return ops
 
 
-def saved_model_ops(export_dir: str) -> set:
-    """The op types of every meta graph of the SavedModel in ``export_dir``."""
+def read_saved_model(export_dir: str):
+    """The ``SavedModel`` proto of ``export_dir/saved_model.pb``: read once by the Pusher and
+    handed to each of its checks."""
     from tensorflow.core.protobuf import saved_model_pb2
     import tensorflow as tf
 
     saved_model = saved_model_pb2.SavedModel()
     with tf.io.gfile.GFile(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
         saved_model.ParseFromString(f.read())
+    return saved_model
+
+
+def saved_model_ops(export_dir: str, saved_model=None) -> set:
+    """The op types of every meta graph of the SavedModel in ``export_dir``
+    (``saved_model``: its proto, if already read)."""
+    saved_model = saved_model or read_saved_model(export_dir)
     ops = set()
     for meta_graph in saved_model.meta_graphs:
         ops |= graph_def_ops(meta_graph.graph_def)
@@ -204,14 +212,15 @@ def unservable_ops(ops, server_ops: dict | None = None) -> dict:
     return problems
 
 
-def audit_saved_model(export_dir: str) -> dict:
+def audit_saved_model(export_dir: str, saved_model=None) -> dict:
     """`unservable_ops` of the SavedModel in ``export_dir`` (empty: servable)."""
-    problems = unservable_ops(saved_model_ops(export_dir))
+    problems = unservable_ops(saved_model_ops(export_dir, saved_model))
     for op, reason in problems.items():
         logging.error("SavedModel %s: op %s is %s", export_dir, op, reason)
     return problems
 
 
 __all__ = ["PYTHON_ONLY_OPS", "TF_SERVING_VERSION", "audit_saved_model", "cache_dir",
-           "graph_def_ops", "model_server_ops", "op_set_cache_path", "saved_model_ops",
+           "graph_def_ops", "model_server_ops", "op_set_cache_path", "read_saved_model",
+           "saved_model_ops",
            "unservable_ops"]

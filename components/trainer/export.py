@@ -57,8 +57,9 @@ def write_model_artifact(serving_model_dir: str, task_model, backbone, vocab_dir
                          eval_files: str | None = None, export: bool = True) -> dict:
     """Writes the keras/ folder beside ``serving_model_dir`` and, with ``export``, exports
     the SavedModel into it, with warm-up requests built from ``eval_files`` (a file pattern
-    of eval records) when given. ``model_config`` gets ``architecture`` from the backbone's registry record
-    and ``backbone_config`` from ``backbone.get_config()``; returns the config written."""
+    of eval records) when given. ``model_config`` gets ``architecture`` from the backbone's
+    registry record and ``backbone_config`` from ``backbone.get_config()``; returns the
+    config written."""
     keras_dir = keras_dir_of(serving_model_dir)
     tf.io.gfile.makedirs(keras_dir)
     backbone.save_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
