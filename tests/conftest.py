@@ -45,7 +45,9 @@ def _unit_of_work(path: Path) -> tuple[bool, str]:
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "dag: in a file that runs a pipeline, a Trainer stage, subprocesses or the "
-        "serving exports of every architecture (the slow tier; -m 'not dag' leaves it out)")
+        "serving exports of every architecture, or marked by hand: a check that builds "
+        "published-size models, trains a two-stage distillation or starts Beam's worker "
+        "processes (the slow tier; -m 'not dag' leaves it out)")
 
 
 @functools.lru_cache(maxsize=None)

@@ -403,6 +403,7 @@ EXACT_COUNTS = {
 }
 
 
+@pytest.mark.dag  # the slow tier (conftest.py)
 def test_base_parameter_counts_match_the_paper(zero_init):
     """ALBERT-base sizes of Tables 3 and 4, counted from the built backbones.
 

@@ -325,6 +325,7 @@ def test_cached_decoding_matches_the_full_forward_pass():
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-4)
 
 
+@pytest.mark.dag  # the slow tier (conftest.py)
 def test_t12_parameter_count_matches_the_paper():
     # The paper: T12 has 44M parameters, auxiliary classifiers included (41M without).
     backbone = models.build("charlm", "T12")

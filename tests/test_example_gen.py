@@ -310,6 +310,7 @@ def test_eval_fraction_split_is_deterministic(shared_data, tmp_path):
     assert _sentences_by_split(tmp_path / "run1") == _sentences_by_split(tmp_path / "run2")
 
 
+@pytest.mark.dag  # the slow tier (conftest.py)
 def test_multi_processing_runner_gives_the_same_result(shared_data, tmp_path):
     config = _eval_fraction_config(shared_data)
     in_memory = ingest(config, str(tmp_path / "in_memory"))

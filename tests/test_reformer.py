@@ -145,6 +145,7 @@ def test_multi_chunk_lsh_outputs_depend_on_the_padded_length():
     assert difference > 1e-4, difference
 
 
+@pytest.mark.dag  # the slow tier (conftest.py)
 def test_reversible_backward_equals_standard_backward():
     """Same layers, same dropout and hash seeds: gradients of the reversible stack's
     recomputing backward pass equal those of storing all activations (§3)."""

@@ -120,6 +120,7 @@ def _count(config):
     return embedding + encoder + decoder + 2 * (32 * config["num_heads"] + d)
 
 
+@pytest.mark.dag  # the slow tier (conftest.py)
 def test_preset_parameter_counts_match_the_published_models():
     # Published: t5-small 60.5M, t5-base 222.9M, t5-v1_1-small 77.0M (vocabulary 32,128).
     # The layout count is checked against the built small model, then used

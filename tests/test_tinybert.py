@@ -302,6 +302,7 @@ def test_task_distiller_losses_for_a_student_equal_to_the_teacher():
     assert entropy > 1e-3
 
 
+@pytest.mark.dag  # the slow tier (conftest.py)
 def test_task_distillation_trains_the_student_classifier(tmp_path):
     teacher = _teacher_classifier()
     student = TinyBertBackbone(**STUDENT)
