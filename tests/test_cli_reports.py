@@ -190,3 +190,37 @@ def test_run_prints_the_checkpoint_size_meanings_and_the_unpushed_model(tmp_path
                         "blessed: False (accuracy=0.5000 does not pass threshold 0.8)",
                         "evaluation report: /r/report.md", "pushed model: none (not blessed)",
                         f"exported model (not pushed): {exported}"]
+
+
+def test_a_keras_file_keras_refuses_is_one_line_naming_it(tmp_path):
+    """Safe mode's refusal of stored Python code, and a class Keras cannot find, are a
+    one-line ValueError naming the file (`lmfactory evaluate` / `few-shot` print it)."""
+    import zipfile
+
+    import keras
+
+    from lmfactory.components.trainer.model_artifact import load_task_model
+
+    inputs = keras.Input((3,))
+    lambda_model = keras.Model(inputs, keras.layers.Lambda(lambda x: x * 2)(inputs))
+    artifact = tmp_path / "artifact"
+    (artifact / "keras").mkdir(parents=True)
+    path = artifact / "keras" / "model.keras"
+    lambda_model.save(path)
+    with pytest.raises(ValueError) as refused:
+        load_task_model(str(artifact))
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1 and str(path) in message and "safe mode" in message
+
+    dense = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    dense.save(path)
+    with zipfile.ZipFile(path) as archive:  # the same file naming a class nobody registered
+        files = {name: archive.read(name) for name in archive.namelist()}
+    files["config.json"] = files["config.json"].replace(b'"Dense"', b'"NoSuchLayer"')
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    with pytest.raises(ValueError) as unknown:
+        load_task_model(str(artifact))
+    message = str(unknown.value)
+    assert len(message.splitlines()) == 1 and "NoSuchLayer" in message

@@ -210,15 +210,12 @@ def evaluate_language_model(model_uri: str, file_pattern: str, batch_size: int =
                             max_batches: int | None = None) -> dict:
     """Perplexity (and bits per character on a byte vocabulary) of the trained Keras model on
     held-out pretraining-format records."""
-    import keras
-
     import lmfactory.models  # noqa: F401  (registers the serialised classes)
-    from lmfactory.components.trainer.model_artifact import KERAS_DIR, TASK_MODEL
+    from lmfactory.components.trainer.model_artifact import KERAS_DIR, TASK_MODEL, load_keras_file
 
     examples_uri = os.path.dirname(os.path.dirname(file_pattern))
     data_config = pretraining_features.read_pretraining_config(examples_uri)
-    model = keras.saving.load_model(os.path.join(model_uri, KERAS_DIR, TASK_MODEL),
-                                    compile=False)
+    model = load_keras_file(os.path.join(model_uri, KERAS_DIR, TASK_MODEL))
     # A model that carries its state across the ordered streams' batches (e.g. an LSTM's
     # state over the whole held-out stream) reads as many streams as it was built for.
     batch_size = getattr(model, "stream_batch_size", None) or batch_size

@@ -62,7 +62,28 @@ def load_task_model(model_path: str):
     path = os.path.join(keras_dir_of(model_path), TASK_MODEL)
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"No trained Keras model at {path}")
-    return keras.saving.load_model(path, compile=False)
+    return load_keras_file(path)
+
+
+def load_keras_file(path: str):
+    """``keras.saving.load_model(path)`` in Keras' safe mode (no Python code stored in the
+    file is run). A file Keras refuses or cannot rebuild is a ValueError in one line naming
+    the file; the whole Keras error stays chained to it."""
+    try:
+        return keras.saving.load_model(path, compile=False)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"Keras cannot load {path}: {_keras_reason(error)}") from error
+
+
+def _keras_reason(error: BaseException) -> str:
+    text = str(error)
+    if "safe_mode" in text or "unsafe_deserialization" in text:
+        return ("it holds Python code (a lambda or function) to deserialize, which Keras' safe "
+                "mode refuses; lmfactory's models hold none, so the file was not written by "
+                "lmfactory or was altered")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else type(error).__name__
+    return first if len(first) <= 300 else first[:297] + "..."
 
 
 def vocabulary_dir_of(model_path: str) -> str:
