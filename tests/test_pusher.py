@@ -115,3 +115,21 @@ def test_a_push_removes_nothing_it_did_not_create(tmp_path):
                                         "important.incomplete"]
     assert (base / "important.incomplete" / "thesis.txt").read_text() == "years of work"
     assert (base / ".77.incomplete" / "notes.txt").read_text() == "not the Pusher's"
+
+
+def test_a_push_failing_on_a_full_disk_leaves_the_served_versions_as_they_were(
+        tmp_path, monkeypatch):
+    _saved_model(str(tmp_path / "model" / "Format-Serving"), b"v1")
+    first = _do(tmp_path, tmp_path / "model", run="1").get_string_custom_property(
+        "pushed_version")
+    before = pusher.directory_digest(str(tmp_path / "serving" / first))
+    _saved_model(str(tmp_path / "new" / "Format-Serving"), b"v2")
+
+    def full_disk(source, target, *args, **kwargs):
+        raise OSError(28, "No space left on device", target)
+
+    monkeypatch.setattr(pusher.io_utils, "copy_file", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        _do(tmp_path, tmp_path / "new", run="2")
+    assert os.listdir(tmp_path / "serving") == [first]  # its staging copy removed too
+    assert pusher.directory_digest(str(tmp_path / "serving" / first)) == before

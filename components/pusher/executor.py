@@ -157,10 +157,20 @@ def push_model(model_path: str, base: str, now: Optional[float] = None) -> tuple
     with fileio.open(os.path.join(staging, STAGING_MARKER), "w") as f:
         f.write("a model being pushed by lmfactory's Pusher\n")
     copy = os.path.join(staging, STAGED_MODEL)
-    io_utils.copy_dir(model_path, copy, deny_regex_patterns=[r"saved_model\.pb"])
-    saved_model = os.path.join(model_path, "saved_model.pb")
-    if fileio.exists(saved_model):  # last: readers take it as "the model is complete"
-        io_utils.copy_file(saved_model, os.path.join(copy, "saved_model.pb"))
+    try:
+        io_utils.copy_dir(model_path, copy, deny_regex_patterns=[r"saved_model\.pb"])
+        saved_model = os.path.join(model_path, "saved_model.pb")
+        if fileio.exists(saved_model):  # last: readers take it as "the model is complete"
+            io_utils.copy_file(saved_model, os.path.join(copy, "saved_model.pb"))
+    except Exception:
+        # A failed copy (a full disk, most often) leaves the pushed versions as they were;
+        # its own partial copy goes at once, which also gives back the space it took.
+        try:
+            fileio.rmtree(staging)
+        except OSError as cleanup_error:
+            logging.warning("Pusher: the staging folder %s stays until the next push: %s",
+                            staging, cleanup_error)
+        raise
     fileio.rename(copy, os.path.join(base, str(version)))
     fileio.rmtree(staging)
     logging.info("Model pushed to %s", os.path.join(base, str(version)))
