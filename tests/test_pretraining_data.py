@@ -388,6 +388,29 @@ def test_dynamic_masking(corpus, tmp_path):
         assert_dynamic_rates(batches)
 
 
+def test_dynamic_masks_of_a_resumed_input_are_the_uninterrupted_ones(corpus, tmp_path):
+    """A resumed training skips the batches it had trained on (fit_loop.resume_input): the
+    batches after them get the masks the uninterrupted run gave them; another seed, others."""
+    run_generation(corpus, tmp_path, dynamic_masking=True, dupe_factor=1, random_seed=5)
+    config = features.read_pretraining_config(str(tmp_path))
+    pattern = str(tmp_path / "Split-train" / "*.gz")
+
+    def batches(seed, skip=0, count=6):
+        data = features.make_dataset(pattern, config, batch_size=4, shuffle=True, repeat=True,
+                                     seed=seed)
+        return list(data.skip(skip).take(count - skip).as_numpy_iterator())
+
+    uninterrupted, resumed = batches(7), batches(7, skip=3)
+    for (x, y, w), (x2, y2, w2) in zip(uninterrupted[3:], resumed):
+        np.testing.assert_array_equal(x["token_ids"], x2["token_ids"])
+        np.testing.assert_array_equal(x["mask_positions"], x2["mask_positions"])
+        np.testing.assert_array_equal(y["mlm"], y2["mlm"])
+        np.testing.assert_array_equal(w["mlm"], w2["mlm"])
+    other = batches(8)
+    assert not all(np.array_equal(a[0]["token_ids"], b[0]["token_ids"])
+                   for a, b in zip(uninterrupted, other))
+
+
 def assert_dynamic_rates(batches):
     selected = maskable = masked = randomized = kept = 0
     for x, y, weights in batches:

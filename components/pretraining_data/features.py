@@ -20,6 +20,7 @@ import os
 import tensorflow as tf
 
 from lmfactory.components.pretraining_data import objectives
+from lmfactory.components.pretraining_data.registry import MASK_SEED
 
 CONFIG_FILE = "pretraining_config.json"
 VOCABULARY_DIR = "vocabulary"
@@ -148,8 +149,21 @@ def make_dataset(file_pattern, pretraining_config: dict, batch_size: int, shuffl
         records = records.repeat()
     spec = feature_spec(pretraining_config)
     batches = records.batch(batch_size, drop_remainder=drop_remainder)
-    parsed = batches.map(lambda serialized: tf.io.parse_example(serialized, spec),
-                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if pretraining_config.get("dynamic_masking"):
+        # Each batch's masks come from (seed, its index in this input): a resumed run, which
+        # skips the batches it had trained on, masks the rest as the uninterrupted run did.
+        base_seed = tf.constant(0 if seed is None else int(seed), tf.int64)
+
+        def parse_indexed(index, serialized):
+            parsed_batch = tf.io.parse_example(serialized, spec)
+            parsed_batch[MASK_SEED] = tf.stack([base_seed, index])
+            return parsed_batch
+
+        parsed = batches.enumerate().map(parse_indexed, num_parallel_calls=tf.data.AUTOTUNE,
+                                         deterministic=deterministic)
+    else:
+        parsed = batches.map(lambda serialized: tf.io.parse_example(serialized, spec),
+                             num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     to_keras = objectives.get(pretraining_config["objective"]).converter(pretraining_config)
     return parsed.map(to_keras, num_parallel_calls=tf.data.AUTOTUNE,
                       deterministic=deterministic).prefetch(tf.data.AUTOTUNE)

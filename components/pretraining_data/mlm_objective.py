@@ -17,11 +17,12 @@ sequences and in their sentence-level task, and share the rest, built here by
   ``{"mlm": weights [B,P]}``.
 
 Dynamic masking (RoBERTa, Liu et al. 2019 §4.1): when ``dynamic_masking`` is true the records
-keep unmasked ``input_ids`` and the converter draws a fresh mask every time the data are read,
-with ``keras_nlp.layers.MaskedLMMaskGenerator`` (BERT's 80/10/10 rule, Devlin et al. 2019 §3.1
-"Task #1"). Note one difference from the static path: the mask generator (via
-``tf_text.RandomItemSelector``) selects ``ceil(rate * n)`` tokens per sequence, while the static
-path rounds, so dynamic masking selects on average about half a token more per sequence.
+keep unmasked ``input_ids`` and the converter draws a fresh mask every time the data are read
+(BERT's 80/10/10 rule, Devlin et al. 2019 §3.1 "Task #1"), seeded by the training seed and the
+batch's index in the input (``seeded_masking.py``: a resumed run repeats the masks). Note one
+difference from the static path: dynamic masking selects ``ceil(rate * n)`` tokens per
+sequence, as keras-nlp's ``MaskedLMMaskGenerator`` does, while the static path rounds, so it
+selects on average about half a token more per sequence.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Callable, NamedTuple, Optional
 import tensorflow as tf
 
 from lmfactory.components.pretraining_data.masking import BertVocabulary
-from lmfactory.components.pretraining_data.registry import SENTENCES, Objective
+from lmfactory.components.pretraining_data.registry import MASK_SEED, SENTENCES, Objective
 
 
 class SentenceTask(NamedTuple):
@@ -144,28 +145,26 @@ def _static_mlm_converter(sentence_task):
 
 
 def _dynamic_masking_converter(config: dict, sentence_task):
-    """A fresh BERT mask on every read of the data (RoBERTa §4.1 dynamic masking)."""
-    import keras_nlp
+    """A fresh BERT mask on every read of the data (RoBERTa §4.1 dynamic masking), drawn
+    from the batch's `MASK_SEED` feature (`seeded_masking.seeded_bert_mask`), so that a
+    resumed training masks each batch as the uninterrupted run did."""
+    from lmfactory.components.pretraining_data.seeded_masking import seeded_bert_mask
 
     specials = config["special_token_ids"]
-    masker = keras_nlp.layers.MaskedLMMaskGenerator(
+    settings = dict(
         vocabulary_size=int(config["vocabulary_size"]),
-        mask_selection_rate=float(config["masked_lm_prob"]),
+        selection_rate=float(config["masked_lm_prob"]),
+        max_selections=int(config["max_predictions_per_seq"]),
         mask_token_id=int(specials["mask"]),
-        mask_selection_length=int(config["max_predictions_per_seq"]),
-        unselectable_token_ids=[int(specials["cls"]), int(specials["sep"]),
-                                int(specials["pad"])],
+        unselectable_ids=[int(specials["cls"]), int(specials["sep"]), int(specials["pad"])],
         mask_token_rate=float(config["mask_token_rate"]),
         random_token_rate=float(config["random_token_rate"]),
     )
 
     def mask_batch(features: dict):
         input_ids = tf.cast(features["input_ids"], tf.int32)
-        masked = masker(input_ids)
-        # The generator goes through ragged tensors; restore the static [B, L] shape.
-        token_ids = tf.ensure_shape(tf.reshape(masked["token_ids"], tf.shape(input_ids)),
-                                    input_ids.shape)
-        x = _bert_inputs(features, token_ids)
+        masked = seeded_bert_mask(input_ids, features[MASK_SEED], **settings)
+        x = _bert_inputs(features, masked["token_ids"])
         positions, y, sample_weight = _bert_targets(
             features, masked["mask_positions"], masked["mask_ids"], masked["mask_weights"],
             sentence_task)

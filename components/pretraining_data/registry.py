@@ -33,6 +33,9 @@ LINKED_SENTENCES = "linked_sentences"
 DOCUMENT_FORMATS = (SENTENCES, STREAM, LINKED_SENTENCES)
 # The key of the vocabulary folder's path in the tokenizer config ``vocabulary_state`` gets.
 VOCABULARY_FOLDER = "vocabulary_folder"
+# The parsed-batch feature holding a dynamic-masking batch's seed: int64 [2], the reader's
+# seed and the batch's index in the input (features.make_dataset).
+MASK_SEED = "mask_seed"
 
 
 def _no_checks(config: dict) -> None:
