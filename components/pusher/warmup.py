@@ -243,21 +243,23 @@ def write_warmup_requests(export_dir: str, file_pattern: str, model_config: dict
 
     examples = read_examples(file_pattern, count)
     loaded = loaded if loaded is not None else tf.saved_model.load(export_dir)
-    logs, skipped = [], {}
+    logs, skipped, failed_runs = [], {}, 0
     for name in sorted(loaded.signatures):
         signature = loaded.signatures[name]
+        request = None
         try:
             inputs = raw_inputs(signature.structured_input_signature[1], examples,
                                 model_config, vocab_dir)
             request = predict_request(name, inputs)
             response = recorded_response(signature, request)
         except (ValueError, tf.errors.OpError) as error:
+            failed_runs += request is not None  # built, but the signature failed on it
             skipped[name] = str(error).strip().splitlines()[0][:300]
             logging.error("Warm-up request for signature %s left out: %s", name, skipped[name])
             continue
         logs.append(prediction_log_pb2.PredictionLog(
             predict_log=prediction_log_pb2.PredictLog(request=request, response=response)))
-    if skipped and isinstance(loaded, SavedSignatures):
+    if failed_runs and isinstance(loaded, SavedSignatures):
         # The functions just traced failed (e.g. a tokenizer resource another model has
         # since released): the SavedModel, loaded afresh, decides what is kept.
         logging.warning("Warm-up of %s: the traced signatures failed (%s); loading the "
