@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import keras
-import keras_nlp
 import tensorflow as tf
+
+from lmfactory.models import masked_packing
 
 GPT1_TASKS = ("classification", "entailment", "similarity", "multiple_choice")
 # The vocabulary roles of GPT-1's fine-tuning tokens (models/gpt1/__init__.py).
@@ -93,16 +94,11 @@ class Gpt1Preprocessor(keras.layers.Layer):
         self.pad_token_id = pad_token_id
         self.tokenizer = tokenizer
         self.truncate = truncate
-        self.packer = keras_nlp.layers.MultiSegmentPacker(
-            sequence_length=self.sequence_length, start_value=start_token_id,
-            end_value=extract_token_id, sep_value=delimiter_token_id,
-            pad_value=pad_token_id, truncate=truncate)
-        # The same packing of all-ones segments, with ones for the special tokens and 0 for
-        # padding, is the padding mask (the pad id may occur in text, e.g. GPT-2's
-        # end-of-text token, so comparing ids with it would not do).
-        self.mask_packer = keras_nlp.layers.MultiSegmentPacker(
-            sequence_length=self.sequence_length, start_value=1, end_value=1, sep_value=1,
-            pad_value=0, truncate=truncate)
+        # One packing gives the ids and the padding mask (the pad id may occur in text, e.g.
+        # GPT-2's end-of-text token, so comparing ids with it would not do).
+        self.packer = masked_packing.shifted_packer(
+            self.sequence_length, start_value=start_token_id, end_value=extract_token_id,
+            sep_value=delimiter_token_id, truncate=truncate)
 
     @classmethod
     def from_vocabulary(cls, vocab_dir: str, task: str = "classification",
@@ -140,10 +136,9 @@ class Gpt1Preprocessor(keras.layers.Layer):
 
     def _pack(self, segments: tuple):
         """`start seg_1 $ seg_2 ... extract` padded to `sequence_length`, and its mask."""
-        segments = tuple(tf.cast(segment, "int32") for segment in segments)
-        token_ids, _ = self.packer(segments)
-        padding_mask, _ = self.mask_packer(tuple(tf.ones_like(s) for s in segments))
-        return tf.cast(token_ids, "int32"), tf.cast(padding_mask, "int32")
+        token_ids, padding_mask, _ = masked_packing.pack(self.packer, segments,
+                                                          self.pad_token_id)
+        return token_ids, padding_mask
 
     def _pair(self, inputs):
         if not isinstance(inputs, tuple) or len(inputs) != 2:

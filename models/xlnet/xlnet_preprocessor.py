@@ -5,8 +5,9 @@ segment ids 0 for A and its `<sep>`, 1 for B and its `<sep>`, 2 for `<cls>`."""
 from __future__ import annotations
 
 import keras
-import keras_nlp
 import tensorflow as tf
+
+from lmfactory.models import masked_packing
 
 CLS_SEGMENT = 2  # the reference's SEG_ID_CLS
 SPECIAL_ROLES = {"sep_token_id": "sep", "cls_token_id": "cls", "pad_token_id": "pad"}
@@ -45,13 +46,9 @@ class XLNetPreprocessor(keras.layers.Layer):
         self.sep_token_id = sep_token_id
         self.cls_token_id = cls_token_id
         self.pad_token_id = pad_token_id
-        self.packer = keras_nlp.layers.MultiSegmentPacker(
-            sequence_length=self.sequence_length, start_value=[],
-            end_value=[sep_token_id, cls_token_id], sep_value=[sep_token_id],
-            pad_value=pad_token_id, padding_side="left")
-        self.mask_packer = keras_nlp.layers.MultiSegmentPacker(
-            sequence_length=self.sequence_length, start_value=[], end_value=[1, 1],
-            sep_value=[1], pad_value=0, padding_side="left")
+        self.packer = masked_packing.shifted_packer(
+            self.sequence_length, start_value=[], end_value=[sep_token_id, cls_token_id],
+            sep_value=[sep_token_id], padding_side="left")
 
     @classmethod
     def from_vocabulary(cls, vocab_dir: str, sequence_length: int = 128) -> "XLNetPreprocessor":
@@ -83,13 +80,12 @@ class XLNetPreprocessor(keras.layers.Layer):
         if len(inputs) not in (1, 2):
             raise ValueError(f"XLNetPreprocessor packs one or two texts, got {len(inputs)}")
         segments = tuple(self._tokens(value) for value in inputs)
-        token_ids, segment_ids = self.packer(segments)
-        padding_mask, _ = self.mask_packer(tuple(tf.ones_like(s) for s in segments))
+        token_ids, padding_mask, segment_ids = masked_packing.pack(self.packer, segments,
+                                                                    self.pad_token_id)
         last = tf.one_hot(self.sequence_length - 1, self.sequence_length, dtype="int32")
         segment_ids = segment_ids * (1 - last) + CLS_SEGMENT * last
-        return {"token_ids": tf.cast(token_ids, "int32"),
-                "padding_mask": tf.cast(padding_mask, "int32"),
-                "segment_ids": tf.cast(segment_ids, "int32")}
+        return {"token_ids": token_ids, "padding_mask": padding_mask,
+                "segment_ids": segment_ids}
 
     def get_config(self):
         config = super().get_config()
