@@ -19,6 +19,7 @@ import yaml
 
 from lmfactory.components import beam_options
 from lmfactory.components import tasks as task_kinds
+from lmfactory.components.evaluator import transfer
 from lmfactory.components.example_gen import formats as ingest_formats
 from lmfactory.components.trainer.checkpoints import KEEP_CHOICES
 from lmfactory.components.trainer.optimization import DECAYS, OPTIMIZERS
@@ -76,7 +77,9 @@ DEFAULTS = {
                    "keep": "last", "monitor": "loss"},
     "lm_finetuning": None,  # optional target-task LM fine-tuning stage (recipe_lm_finetuning)
     "knowledge_graph": None,  # optional knowledge-graph stages (recipe_knowledge.py)
-    "evaluation": {"threshold": None, "batch_size": 64, "max_batches": None},
+    # control: from_scratch adds the transfer control (components/evaluator/transfer.py)
+    "evaluation": {"threshold": None, "batch_size": 64, "max_batches": None,
+                   "control": None, "require_transfer_gain": False},
     "serving": {"generation": {"max_length": 64, "sampler": "top_k", "k": 10,
                                "temperature": 1.0}},
     # precision: float32, or mixed_bfloat16 (bfloat16 compute, float32 variables and
@@ -305,6 +308,10 @@ class _Checker:
 
 
 def _check_source(check: _Checker, field: str) -> None:
+    if "train_examples" in (check.get(field) or {}):  # a label budget (example_gen/sampling.py)
+        if field != "data.task":
+            raise RecipeError(f"{field}.train_examples", "a label budget goes in data.task")
+        check.positive_int(f"{field}.train_examples")
     if "glue" in (check.get(field) or {}):
         _check_glue_source(check, field)
         return
@@ -329,10 +336,10 @@ def _check_glue_source(check: _Checker, field: str) -> None:
     if not isinstance(directory, str) or not directory:
         raise RecipeError(f"{field}.dir", f"must be the folder holding the GLUE task's "
                                           f"train/dev files, got {directory!r}")
-    unknown = sorted(set(source) - {"glue", "dir"})
+    unknown = sorted(set(source) - {"glue", "dir", "train_examples"})
     if unknown:
-        raise RecipeError(field, f"a GLUE task source takes 'glue' and 'dir' only, got "
-                                 f"{unknown}")
+        raise RecipeError(field, f"a GLUE task source takes 'glue' and 'dir' only (and a "
+                                 f"label budget, 'train_examples'), got {unknown}")
     task = glue.get(source["glue"])
     finetuning = check.recipe["finetuning"]
     if finetuning.get("task") != task.kind:
@@ -584,6 +591,7 @@ def validate(recipe: dict) -> dict:
     if check.get("evaluation.threshold", required=False) is not None:
         # a correlation (Matthews, Pearson, Spearman) may be blessed above a negative value
         check.fraction("evaluation.threshold", -1.0, 1e9)
+    transfer.check_recipe(check, recipe)
     check.folder_name("serving.model_name")
     check.choice("runtime.strategy", STRATEGIES)
     check.boolean("runtime.jit_compile")

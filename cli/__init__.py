@@ -429,6 +429,13 @@ def _run_local(args, recipe) -> int:
             print(f"{name}: {shown}" + (f"  - {meaning}" if meaning else ""))
         for note in outcome.get("notes") or []:
             print(f"note: {note}")
+        if outcome.get("control_metrics") is not None:
+            metric = outcome["metric"]
+            control = outcome["control_metrics"].get(metric)
+            gain = (outcome.get("transfer_gain") or {}).get(metric)
+            print(f"transfer: {metric} {outcome['value']:.4f} pretrained, "
+                  + (f"{control:.4f} from scratch, gain {gain:+.4f}"
+                     if gain is not None else "no figure from scratch"))
         print(f"blessed: {outcome['blessed']} ({outcome['reason']})")
         if summary.get("evaluation_report"):
             print(f"evaluation report: {summary['evaluation_report']}")

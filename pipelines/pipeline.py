@@ -43,6 +43,7 @@ from lmfactory.components.evaluator.component import LMEvaluator
 from lmfactory.components.example_gen import glue
 from lmfactory.components.example_gen.component import TextExampleGen
 from lmfactory.components.knowledge_graph.trainer_component import KnowledgeTrainer
+from lmfactory.components.evaluator.transfer import CONTROL_FROM_SCRATCH
 from lmfactory.components.model_init.component import BackboneInitializer
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
 from lmfactory.components.pusher import executor as pusher_executor
@@ -76,14 +77,15 @@ def _absolute_paths(source: dict) -> dict:
     return source
 
 
-def task_input_config(source: dict, num_classes: int | None = None) -> dict:
+def task_input_config(source: dict, num_classes: int | None = None, seed: int = 0) -> dict:
     """TextExampleGen's input_config of the recipe's ``data.task``: as given, or, for a named
     GLUE task (``{glue: CoLA, dir: ...}``), the preset's files and columns
     (components/example_gen/glue.py), whose first lines are checked now when they are local
     (a file of another shape fails here, naming the file and the columns it expected).
     With ``num_classes`` (a classification task's), an integer label column only takes the
     class ids [0, num_classes): another label is a malformed record, counted and skipped at
-    ingestion."""
+    ingestion. A label budget (``train_examples``) keeps that many train examples, drawn with
+    ``seed`` (the run's)."""
     if "glue" not in source:
         config = _absolute_paths(source)
     else:
@@ -91,6 +93,10 @@ def task_input_config(source: dict, num_classes: int | None = None) -> dict:
         if "://" not in directory:
             glue.check_files(source["glue"], directory)
         config = glue.input_config(source["glue"], directory)
+        if source.get("train_examples"):
+            config["train_examples"] = source["train_examples"]
+    if config.get("train_examples"):
+        config["seed"] = seed
     if (num_classes and num_classes > 1 and config.get("label_column", config.get(
             "label_feature")) and config.get("label_type", "int") == "int"):
         config.setdefault("num_classes", num_classes)
@@ -107,11 +113,12 @@ def task_record(recipe: dict) -> dict | None:
 
 
 def _trainer_config(recipe: dict, settings: dict, task: dict | None,
-                    model: dict | None = None, pushed: bool = False) -> dict:
+                    model: dict | None = None, serves: bool = False) -> dict:
     """The Trainer's custom_config (components/trainer/config.py). ``model``: architecture,
     preset and overrides when they are not the recipe's own (a distillation teacher).
-    ``pushed``: the stage whose model is evaluated and pushed, which always gets its serving
-    SavedModel; the other stages only with ``runtime.export_every_stage``."""
+    ``serves``: a stage whose model is evaluated (the FineTuner, which is also pushed, and
+    the transfer control), which always gets its serving SavedModel; the other stages only
+    with ``runtime.export_every_stage``."""
     runtime = recipe["runtime"]
     model = model or recipe
     return {
@@ -136,12 +143,12 @@ def _trainer_config(recipe: dict, settings: dict, task: dict | None,
         "seed": runtime["seed"],
         "generation": recipe["serving"]["generation"],
         "task_args": settings.get("task_args", {}),
-        "export_serving": bool(pushed or runtime["export_every_stage"]),
+        "export_serving": bool(serves or runtime["export_every_stage"]),
     }
 
 
 def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, model=None,
-             kg_embeddings=None, graph=None, pushed: bool = False):
+             kg_embeddings=None, graph=None, serves: bool = False):
     """A TFX Trainer running ``run_fn`` with the recipe section ``stage``'s settings
     (``model["pretraining"]`` for a teacher); with ``kg_embeddings`` (a KGEmbeddings
     channel) a KnowledgeTrainer (components/knowledge_graph) that hands them and the
@@ -153,7 +160,7 @@ def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, mod
         base_model=base_model,
         train_args=trainer_pb2.TrainArgs(num_steps=settings["steps"]),
         eval_args=trainer_pb2.EvalArgs(num_steps=settings["eval_steps"]),
-        custom_config=_trainer_config(recipe, settings, task, model, pushed),
+        custom_config=_trainer_config(recipe, settings, task, model, serves),
     )
     if kg_embeddings is not None:
         return KnowledgeTrainer(kg_embeddings=kg_embeddings, knowledge_graph=graph,
@@ -162,14 +169,14 @@ def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, mod
 
 
 def _distiller(recipe: dict, stage: str, examples, teacher_model, task=None, base_model=None,
-               pushed: bool = False):
+               serves: bool = False):
     """A Distiller (components/distiller): the Trainer's settings plus a teacher."""
     settings = recipe[stage]
     return Distiller(
         examples=examples, teacher_model=teacher_model, base_model=base_model, run_fn=RUN_FN,
         train_args=trainer_pb2.TrainArgs(num_steps=settings["steps"]),
         eval_args=trainer_pb2.EvalArgs(num_steps=settings["eval_steps"]),
-        custom_config=_trainer_config(recipe, settings, task, pushed=pushed))
+        custom_config=_trainer_config(recipe, settings, task, serves=serves))
 
 
 def _lm_example_gen(recipe: dict, examples, vocabulary, objective_name: str | None = None):
@@ -292,7 +299,8 @@ def create_components(recipe: dict, serving_dir: str) -> list:
     task = task_record(recipe)
     if task_kinds.for_recipe(recipe["finetuning"]["task"]).data_section == "task":
         task_gen = TextExampleGen(input_config=task_input_config(
-            recipe["data"]["task"], (task or {}).get("num_classes"))).with_id("TaskExampleGen")
+            recipe["data"]["task"], (task or {}).get("num_classes"),
+            recipe["runtime"]["seed"])).with_id("TaskExampleGen")
         task_examples = task_gen.outputs["examples"]
         components.append(task_gen)
         if graph is not None:
@@ -305,6 +313,7 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         task_examples = target_lm_gen.outputs["pretraining_examples"]
         components.append(target_lm_gen)
 
+    teacher_finetuner = None
     if teacher is not None and recipe["teacher"]["task_distillation"]:
         # TinyBERT §3.2: the teacher is fine-tuned on the task, then the general student is
         # distilled on the task data against it.
@@ -312,14 +321,29 @@ def create_components(recipe: dict, serving_dir: str) -> list:
                                      base_model=teacher, model=recipe["teacher"]
                                      ).with_id("TeacherFineTuner")
         components.append(teacher_finetuner)
-        finetuner = _distiller(recipe, "finetuning", task_examples,
-                               teacher_finetuner.outputs["model"], task=task,
-                               base_model=pretrained_model, pushed=True).with_id("TaskDistiller")
-    else:
-        finetuner = _trainer(recipe, "finetuning", task_examples, task=task,
-                             base_model=pretrained_model,
-                             kg_embeddings=kg_embeddings, graph=graph,
-                             pushed=True).with_id("FineTuner")
+
+    def task_stage(base_model, component_id: str):
+        """The stage that trains the task model from ``base_model``; its serving model is
+        evaluated (and, for the FineTuner, pushed)."""
+        if teacher_finetuner is not None:
+            return _distiller(recipe, "finetuning", task_examples,
+                              teacher_finetuner.outputs["model"], task=task,
+                              base_model=base_model, serves=True
+                              ).with_id(f"{component_id}TaskDistiller"
+                                        if component_id != "FineTuner" else "TaskDistiller")
+        return _trainer(recipe, "finetuning", task_examples, task=task, base_model=base_model,
+                        kg_embeddings=kg_embeddings, graph=graph, serves=True
+                        ).with_id(component_id)
+
+    finetuner = task_stage(pretrained_model, "FineTuner")
+    control = []
+    if recipe["evaluation"].get("control") == CONTROL_FROM_SCRATCH:
+        # The transfer control: the same task stage from a fresh backbone shaped like the
+        # pretrained one (its configuration and vocabulary), evaluated beside it.
+        initializer = BackboneInitializer(base_model=pretrained_model,
+                                          seed=recipe["runtime"]["seed"]
+                                          ).with_id("ControlInitializer")
+        control = [initializer, task_stage(initializer.outputs["model"], "Control")]
     baseline = Resolver(
         strategy_class=LatestBlessedModelStrategy,
         model=Channel(type=standard_artifacts.Model),
@@ -330,14 +354,16 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         model=finetuner.outputs["model"], examples=task_examples,
         baseline_model=baseline.outputs["model"], metric=evaluation["metric"],
         threshold=evaluation["threshold"], batch_size=evaluation["batch_size"],
-        max_batches=evaluation["max_batches"])
+        max_batches=evaluation["max_batches"],
+        control_model=control[-1].outputs["model"] if control else None,
+        require_transfer_gain=bool(evaluation.get("require_transfer_gain")))
     pusher = Pusher(
         model=finetuner.outputs["model"], model_blessing=evaluator.outputs["blessing"],
         custom_executor_spec=executor_spec.ExecutorClassSpec(pusher_executor.Executor),
         push_destination=pusher_pb2.PushDestination(
             filesystem=pusher_pb2.PushDestination.Filesystem(
                 base_directory=os.path.join(serving_dir, recipe["serving"]["model_name"]))))
-    return components + [finetuner, baseline, evaluator, pusher]
+    return components + [finetuner, *control, baseline, evaluator, pusher]
 
 
 def create_pipeline(recipe: dict, pipeline_root: str, serving_dir: str,

@@ -207,7 +207,7 @@ def test_run_fn_evaluator_and_raw_string_serving(built, tmp_path):
     settings = recipe["finetuning"]
     model_uri, run_dir = tmp_path / "FineTuner" / "1", tmp_path / "run"
     run_fn_lib.run_fn(pytypes.SimpleNamespace(
-        custom_config=_trainer_config(recipe, settings, task_record(recipe), pushed=True),
+        custom_config=_trainer_config(recipe, settings, task_record(recipe), serves=True),
         train_files=[train], eval_files=[evaluation], base_model=_base_model(tmp_path / "base"),
         train_steps=2, eval_steps=1, model_run_dir=str(run_dir),
         serving_model_dir=str(model_uri / "Format-Serving")))

@@ -374,7 +374,7 @@ def test_run_fn_and_evaluator_on_mrpc(tmp_path, stsb_run, shared_data):
     ingestion.ingest(task_input_config(recipe["data"]["task"]), str(examples),
                      beam_pipeline_args=BEAM_ARGS)
     settings = recipe["finetuning"]
-    config = _trainer_config(recipe, settings, task_record(recipe), pushed=True)
+    config = _trainer_config(recipe, settings, task_record(recipe), serves=True)
     model_uri = tmp_path / "FineTuner" / "model" / "1"
     run_dir = tmp_path / "FineTuner" / "model_run" / "1"
     run_fn_lib.run_fn(types.SimpleNamespace(

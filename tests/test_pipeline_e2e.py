@@ -4,6 +4,7 @@ same DAG compiled for Vertex AI / Kubeflow Pipelines v2."""
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,9 @@ def bert_run(tmp_path_factory, demo_data):
     recipe = load_recipe("bert_tiny_sst2", TINY_TRAINING + [
         f"data.corpus.path={corpus}", f"data.task.splits.train={train}",
         f"data.task.splits.eval={dev}", "tokenizer.vocab_size=600",
-        "finetuning.sequence_length=32", "evaluation.threshold=0.0"])
+        "finetuning.sequence_length=32", "evaluation.threshold=0.0",
+        # a label budget and the transfer control ride on this run
+        "data.task.train_examples=200", "evaluation.control=from_scratch"])
     summary = runners.run_local(recipe, str(tmp / "runs"))
     return recipe, summary, tmp
 
@@ -53,6 +56,53 @@ def test_bert_dag_pushes_a_model_that_classifies_raw_strings(bert_run):
     assert outputs["label"].numpy().shape == (4,)
 
 
+def test_the_control_is_fine_tuned_from_scratch_and_reported_beside_the_model(bert_run):
+    """``evaluation.control: from_scratch``: a fresh backbone shaped like the pretrained one
+    is fine-tuned with the same settings, scored by the same code, and the report shows
+    both, the transfer gain and both validation curves; ``data.task.train_examples``: the
+    task ingestion keeps a stratified 200 of the 300 train rows and says so."""
+    from lmfactory.components.trainer.model_artifact import (load_model_backbone,
+                                                             read_model_config)
+
+    _, summary, _ = bert_run
+    root = Path(summary["pipeline_root"])
+    outcome = summary["evaluation"]
+    control = outcome["control_metrics"]
+    assert control["examples"] == outcome["metrics"]["examples"] == 60
+    assert outcome["transfer_gain"]["accuracy"] == pytest.approx(
+        outcome["metrics"]["accuracy"] - control["accuracy"])
+    assert re.search(r"(beats|does not beat) the from-scratch control on accuracy",
+                     outcome["transfer_reason"])
+
+    def newest(component, output="model"):
+        folder = root / component / output
+        return str(max(folder.iterdir(), key=lambda p: int(p.name)))
+
+    pretrained, pretrained_config = load_model_backbone(newest("Pretrainer"))
+    fresh, fresh_config = load_model_backbone(newest("ControlInitializer"))
+    assert fresh_config["backbone_config"] == pretrained_config["backbone_config"]
+    assert not all(bool(tf.reduce_all(a == b)) for a, b in zip(
+        pretrained.get_weights(), fresh.get_weights())), "the control starts from new weights"
+    control_config = read_model_config(newest("Control"))
+    finetuned_config = read_model_config(newest("FineTuner"))
+    assert control_config["task"] == finetuned_config["task"]
+    assert (Path(newest("Control")) / "Format-Serving" / "saved_model.pb").exists()
+
+    evaluation = Path(newest("LMEvaluator", "evaluation"))
+    written = json.loads((evaluation / "metrics.json").read_text())
+    assert written["control_metrics"]["accuracy"] == control["accuracy"]
+    report = (evaluation / "report.md").read_text()
+    assert "Transfer: pretrained against from scratch" in report
+    assert "from scratch (control)" in report and "transfer gain" in report
+    assert (evaluation / "transfer_curves.png").stat().st_size > 5000
+
+    ingestion = json.loads((Path(newest("TaskExampleGen", "examples"))
+                            / "ingestion_report.json").read_text())
+    budget = ingestion["label_budget"]
+    assert (budget["requested"], budget["kept"], budget["good"]) == (200, 200, 300)
+    assert sum(c["kept"] for c in budget["per_class"].values()) == 200
+
+
 def test_serving_rejects_wrong_shapes_and_types(bert_run):
     _, summary, _ = bert_run
     serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
@@ -66,7 +116,7 @@ def test_rerun_reuses_cached_results(bert_run):
     recipe, summary, tmp = bert_run
     root = Path(summary["pipeline_root"])
     cached = ["CorpusExampleGen", "VocabularyGen", "PretrainingExampleGen", "Pretrainer",
-              "TaskExampleGen", "FineTuner"]
+              "TaskExampleGen", "FineTuner", "ControlInitializer", "Control"]
     before = {name: sorted(os.listdir(root / name)) for name in cached}
     executions_before = {name: sorted(os.listdir(next((root / name).iterdir())))
                          for name in cached}

@@ -6,7 +6,9 @@ record's ``official_metrics``: GLUE's CoLA Matthews correlation, MRPC/QQP F1 and
 STS-B Pearson and Spearman, the others accuracy; entity F1 / precision / recall for tagging;
 SQuAD EM / F1; multiple-choice accuracy). Beside it, ``report.md`` and ``report.html``: the
 metrics, the verdict, the training curve and, where the task has classes, the confusion
-matrix (components/evaluator/report.py).
+matrix (components/evaluator/report.py). With a transfer control (``control_model``, the
+same task model fine-tuned from a fresh backbone), both are scored by the same code and the
+outcome carries ``control_metrics`` and ``transfer_gain`` (components/evaluator/transfer.py).
 
 Each model is scored by the task kind of its task record (components/tasks): classifiers,
 regression models, taggers, span extractors and multiple-choice models through the exported
@@ -29,6 +31,7 @@ from tfx.types import artifact_utils
 
 from lmfactory.components.evaluator import metrics as metric_lib
 from lmfactory.components.evaluator import report as report_lib
+from lmfactory.components.evaluator import transfer
 
 REPORT_JSON = "metrics.json"
 CONFUSION_KEY = report_lib.CONFUSION_KEY
@@ -50,8 +53,11 @@ def evaluate(model_uri: str, file_pattern: str, config: dict) -> dict:
 
 
 def evaluate_and_bless(model_uri: str, file_pattern: str, config: dict,
-                       baseline_uri: str | None = None) -> dict:
-    """Scores the model (and the baseline on the same data) and applies the blessing rule."""
+                       baseline_uri: str | None = None, control_uri: str | None = None
+                       ) -> dict:
+    """Scores the model (and the baseline and the transfer control on the same data) and
+    applies the blessing rule; with ``config["require_transfer_gain"]`` the model must also
+    beat the control (transfer.py)."""
     metric = config["metric"]
     if metric not in metric_lib.METRICS:
         raise ValueError(f"metric must be one of {sorted(metric_lib.METRICS)}, got {metric!r}")
@@ -63,6 +69,16 @@ def evaluate_and_bless(model_uri: str, file_pattern: str, config: dict,
     baseline_value = baseline_results[metric] if baseline_results else None
     blessed, reason = metric_lib.passes(metric, results[metric], config.get("threshold"),
                                         baseline_value)
+    control = {}
+    if control_uri:
+        control_results = evaluate(control_uri, file_pattern, config)
+        gain = transfer.gains(results, control_results)
+        beats, transfer_reason = transfer.passes(metric, gain.get(metric),
+                                                 metric_lib.METRICS[metric])
+        if config.get("require_transfer_gain") and blessed and not beats:
+            blessed, reason = False, transfer_reason
+        control = {"control_model": control_uri, "control_metrics": control_results,
+                   "transfer_gain": gain, "transfer_reason": transfer_reason}
     task = _model_config(model_uri)["task"]
     official = {name: results[name] for name in task.get("official_metrics", [])
                 if name in results}
@@ -74,32 +90,36 @@ def evaluate_and_bless(model_uri: str, file_pattern: str, config: dict,
                 str(task[key]) for key in ("kind", "format") if task.get(key)),
             "official_metrics": official,
             "baseline_metrics": baseline_results, "threshold": config.get("threshold"),
-            "blessed": blessed, "reason": reason}
+            "blessed": blessed, "reason": reason, **control}
 
 
 def write_report(outcome: dict, evaluation_dir: str, model_uri: str | None = None) -> dict:
-    """Writes ``metrics.json`` (every metric, the blessing, the official metrics) and the
-    human-readable ``report.md`` / ``report.html`` (report.py) with the model's training
-    curve (the Trainer's ``keras/training_curve.json``) and, where the task has classes,
-    its confusion matrix."""
+    """Writes ``metrics.json`` (every metric, the blessing, the official metrics; with a
+    transfer control its metrics and ``transfer_gain``) and the human-readable
+    ``report.md`` / ``report.html`` (report.py) with the model's training curve (the
+    Trainer's ``keras/training_curve.json``), the control's beside it, and, where the task
+    has classes, its confusion matrix."""
     from lmfactory.components.trainer.training_curve import load_curve
+
+    def curve_of(uri):
+        return load_curve(os.path.join(uri, "keras", TRAINING_CURVE)) if uri else None
 
     tf.io.gfile.makedirs(evaluation_dir)
     with tf.io.gfile.GFile(os.path.join(evaluation_dir, REPORT_JSON), "w") as f:
         json.dump(outcome, f, indent=2, sort_keys=True)
-    curve = load_curve(os.path.join(model_uri, "keras", TRAINING_CURVE)) if model_uri else None
     metrics = dict(outcome["metrics"])
     confusion = metrics.pop(CONFUSION_KEY, None)
     attention = metrics.pop(report_lib.ATTENTION_KEY, None)
     shown = dict(outcome, metrics=metrics)
-    if shown.get("baseline_metrics"):
-        shown["baseline_metrics"] = {name: value for name, value in
-                                     shown["baseline_metrics"].items()
-                                     if name not in (CONFUSION_KEY, report_lib.ATTENTION_KEY)}
+    for key in ("baseline_metrics", "control_metrics"):
+        if shown.get(key):
+            shown[key] = {name: value for name, value in shown[key].items()
+                          if name not in (CONFUSION_KEY, report_lib.ATTENTION_KEY)}
     return report_lib.write_report(
-        shown, evaluation_dir, curve=curve,
+        shown, evaluation_dir, curve=curve_of(model_uri),
         confusion=np.array(confusion["matrix"]) if confusion else None,
-        class_names=confusion["labels"] if confusion else None, attention=attention)
+        class_names=confusion["labels"] if confusion else None, attention=attention,
+        control_curve=curve_of(outcome.get("control_model")))
 
 
 class Executor(tfx_evaluator.Executor):
@@ -124,10 +144,12 @@ class Executor(tfx_evaluator.Executor):
         baseline_uri = baselines[0].uri if baselines else None
         if baseline_uri == model.uri:
             baseline_uri = None
+        controls = input_dict.get("control_model") or []
         config = json.loads(exec_properties["config"])
         split = config.get("split", "eval")
         pattern = os.path.join(artifact_utils.get_split_uri([examples], split), "*")
-        outcome = evaluate_and_bless(model.uri, pattern, config, baseline_uri)
+        outcome = evaluate_and_bless(model.uri, pattern, config, baseline_uri,
+                                     controls[0].uri if controls else None)
         outcome["model"] = model.uri  # where the exported model is, blessed or not
         evaluation = artifact_utils.get_single_instance(output_dict["evaluation"])
         write_report(outcome, evaluation.uri, model.uri)

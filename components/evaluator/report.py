@@ -2,8 +2,9 @@
 
 The report holds the blessing verdict and its reason, the task's official metrics, every
 scalar metric (next to the baseline's when there is one), the non-scalar metrics (a per-type
-breakdown as a table, anything else as JSON), the confusion matrix of a classifier and the
-training curve the Trainer recorded (``trainer/training_curve.py``). Both files are built from
+breakdown as a table, anything else as JSON), the confusion matrix of a classifier, the
+training curve the Trainer recorded (``trainer/training_curve.py``) and, with a transfer
+control, the from-scratch model's figures, the transfer gain and both validation curves. Both files are built from
 one list of blocks, so they say the same thing; the HTML embeds its images as base64 data URIs.
 
 Plots use matplotlib's Agg canvas on a ``Figure`` of their own; pyplot's global state is
@@ -33,6 +34,7 @@ REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 TRAINING_CURVE_PNG = "training_curve.png"
 CONFUSION_MATRIX_PNG = "confusion_matrix.png"
+TRANSFER_CURVES_PNG = "transfer_curves.png"
 
 
 # --- confusion matrix -------------------------------------------------------------------
@@ -128,6 +130,42 @@ def _training_curve_png(curve: dict) -> bytes:
             ax.legend(fontsize="small")
     figure.suptitle("Training curve (mean per interval)"
                     + (" and validation at each checkpoint" if validation["steps"] else ""))
+    return _png(figure)
+
+
+def _validation_series(curve: dict | None, name: str):
+    validation = (curve or {}).get("validation") or {}
+    values = (validation.get("metrics") or {}).get(name)
+    if not values:
+        return None
+    return validation["steps"], [np.nan if v is None else v for v in values]
+
+
+def _transfer_curves_png(curve: dict | None, control_curve: dict | None,
+                         metric: str | None) -> bytes | None:
+    """Both fine-tunings' validation curves (the loss and, when logged, the blessing metric)
+    on shared axes: the pretrained model's and the from-scratch control's. None when
+    neither recorded a validation curve."""
+    from matplotlib.figure import Figure
+
+    names = [name for name in dict.fromkeys(("loss", metric)) if name and (
+        _validation_series(curve, name) or _validation_series(control_curve, name))]
+    if not names:
+        return None
+    figure = Figure(figsize=(5.5 * len(names), 3.8))
+    axes = figure.subplots(1, len(names), squeeze=False)[0]
+    for axis, name in zip(axes, names):
+        for label, source, style in (("pretrained", curve, "-o"),
+                                     ("from scratch (control)", control_curve, "--s")):
+            series = _validation_series(source, name)
+            if series:
+                axis.plot(series[0], series[1], style, markersize=3, label=label)
+        axis.set_xlabel("step")
+        axis.set_title(f"validation {name}")
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.suptitle("Fine-tuning from the pretrained backbone and from scratch")
+    figure.tight_layout()
     return _png(figure)
 
 
@@ -250,7 +288,27 @@ def _nested_table(value):
     return None
 
 
-def _blocks(outcome: dict, curve, confusion, class_names, attention=None) -> list[tuple]:
+def _transfer_blocks(outcome: dict, transfer_plot: bool) -> list[tuple]:
+    """The pretrained model against the from-scratch control (components/evaluator/
+    transfer.py): the blessing metric of both, the gain, and both validation curves."""
+    metric = outcome.get("metric")
+    control = outcome["control_metrics"]
+    gain = (outcome.get("transfer_gain") or {}).get(metric)
+    blocks = [("h", 2, "Transfer: pretrained against from scratch"),
+              ("p", f"The same task model, data, vocabulary, steps, schedule and seed, "
+                    f"fine-tuned from a freshly initialised backbone: {metric} "
+                    f"{format_value(outcome.get('value'))} pretrained, "
+                    f"{format_value(control.get(metric))} from scratch, transfer gain "
+                    f"{format_value(gain) if gain is None else f'{gain:+.4f}'}.")]
+    if outcome.get("transfer_reason"):
+        blocks.append(("p", outcome["transfer_reason"]))
+    if transfer_plot:
+        blocks.append(("image", "validation curves of both fine-tunings", TRANSFER_CURVES_PNG))
+    return blocks
+
+
+def _blocks(outcome: dict, curve, confusion, class_names, attention=None,
+            transfer_plot: bool = False) -> list[tuple]:
     """The report as blocks: ("h", level, text), ("p", text), ("verdict", verdict, reason),
     ("table", header, rows), ("code", text), ("image", alt, file name)."""
     task = outcome.get("task")
@@ -266,6 +324,8 @@ def _blocks(outcome: dict, curve, confusion, class_names, attention=None) -> lis
         if baseline:
             line += f"; baseline {format_value(baseline.get(metric))}"
         blocks.append(("p", line))
+    if outcome.get("control_metrics") is not None:
+        blocks += _transfer_blocks(outcome, transfer_plot)
 
     blocks.append(("h", 2, "Official metrics"))
     official = outcome.get("official_metrics") or {}
@@ -277,16 +337,26 @@ def _blocks(outcome: dict, curve, confusion, class_names, attention=None) -> lis
 
     metrics = outcome.get("metrics") or {}
     baseline = outcome.get("baseline_metrics")
+    control, gain = outcome.get("control_metrics"), outcome.get("transfer_gain") or {}
     scalars = {name: v for name, v in metrics.items() if _is_scalar(v)}
     if metrics:
         blocks.append(("h", 2, "All metrics"))
     meanings = outcome.get("meanings") or {}
+
+    def column(source, name):
+        return format_value(source.get(name)) if _is_scalar(source.get(name)) else "—"
+
+    def gain_column(name):
+        value = gain.get(name)
+        return f"{value:+.4f}" if isinstance(value, float) else column(gain, name)
+
     if scalars:
         header = ["metric", "value"] + (["baseline"] if baseline else []) + (
+            ["from scratch (control)", "transfer gain"] if control else []) + (
             ["meaning"] if meanings else [])
         rows = [[name, format_value(v)]
-                + ([format_value(baseline.get(name)) if _is_scalar(baseline.get(name))
-                    else "—"] if baseline else [])
+                + ([column(baseline, name)] if baseline else [])
+                + ([column(control, name), gain_column(name)] if control else [])
                 + ([meanings.get(name, "")] if meanings else [])
                 for name, v in scalars.items()]
         blocks.append(("table", header, rows))
@@ -425,7 +495,8 @@ def _html(blocks: list[tuple], images: dict[str, bytes]) -> str:
 
 def write_report(outcome: dict, evaluation_dir: str, curve: dict | None = None,
                  confusion: np.ndarray | None = None,
-                 class_names: list[str] | None = None, attention: dict | None = None) -> dict:
+                 class_names: list[str] | None = None, attention: dict | None = None,
+                 control_curve: dict | None = None) -> dict:
     """Writes ``report.md`` and ``report.html`` (and ``training_curve.png`` /
     ``confusion_matrix.png`` when a curve / confusion matrix is given) into
     ``evaluation_dir``.
@@ -439,6 +510,8 @@ def write_report(outcome: dict, evaluation_dir: str, curve: dict | None = None,
         class_names: the name of each class, in class-id order (default: the ids).
         attention: a translation's attention weights (``ATTENTION_KEY``), drawn as
             ``attention_heatmap.png``.
+        control_curve: the from-scratch control's training curve, when the outcome has
+            ``control_metrics``: both validation curves go in ``transfer_curves.png``.
 
     Returns:
         ``{file name: path}`` of every file written.
@@ -453,7 +526,12 @@ def write_report(outcome: dict, evaluation_dir: str, curve: dict | None = None,
         images[TRAINING_CURVE_PNG] = _training_curve_png(curve)
     if attention is not None:
         images[ATTENTION_PNG] = _attention_png(attention)
-    blocks = _blocks(outcome, curve, confusion, class_names, attention)
+    if outcome.get("control_metrics") is not None:
+        transfer = _transfer_curves_png(curve, control_curve, outcome.get("metric"))
+        if transfer is not None:
+            images[TRANSFER_CURVES_PNG] = transfer
+    blocks = _blocks(outcome, curve, confusion, class_names, attention,
+                     TRANSFER_CURVES_PNG in images)
     written = {}
     for name, data in images.items():
         written[name] = os.path.join(evaluation_dir, name)

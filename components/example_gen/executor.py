@@ -24,10 +24,11 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
 from lmfactory.components import beam_options
-from lmfactory.components.example_gen import formats
+from lmfactory.components.example_gen import formats, sampling
 from lmfactory.components.example_gen.counts import (choose_counts, counts_from_metrics,
                                                      counts_from_side_output)
-from lmfactory.components.example_gen.ingest_config import IngestConfig, parse_input_config
+from lmfactory.components.example_gen.ingest_config import (TRAIN_SPLIT, IngestConfig,
+                                                            parse_input_config)
 from lmfactory.components.example_gen.inputs import (check_tfds_inputs, fingerprint_inputs,
                                                      load_tfds_builder, match_input_files,
                                                      read_table_header)
@@ -44,6 +45,7 @@ INPUT_FINGERPRINT_KEY = "input_fingerprint"
 FILE_FORMAT = "tfrecords_gzip"
 
 _COUNTS_FILE_NAME = ".ingest_counts.json"
+_BUDGET_FILE_NAME = ".label_budget.json"
 
 
 def _check_inputs(config: IngestConfig):
@@ -83,8 +85,15 @@ def ingest(input_config: Any, output_dir: str, beam_pipeline_args: Optional[List
     pipeline = make_pipeline()
     split_records = (read_tfds_splits(pipeline, config, builder) if config.is_tfds
                      else read_file_splits(pipeline, config))
-    write_counts([parse_and_write_split(split, records, output_dir, config.options)
-                   for split, records in split_records.items()], counts_path)
+    budget = (sampling.LabelBudget(config.train_examples, config.seed,
+                                   os.path.join(output_dir, _BUDGET_FILE_NAME))
+              if config.train_examples else None)
+    if budget is not None and TRAIN_SPLIT not in split_records:
+        raise ValueError(f"input_config train_examples needs a {TRAIN_SPLIT!r} split, got "
+                         f"{list(split_records)}")
+    write_counts([parse_and_write_split(split, records, output_dir, config.options,
+                                        budget if split == TRAIN_SPLIT else None)
+                  for split, records in split_records.items()], counts_path)
     result = pipeline.run()
     result.wait_until_finish()
     split_names = list(split_records)
@@ -92,11 +101,16 @@ def ingest(input_config: Any, output_dir: str, beam_pipeline_args: Optional[List
         counts_from_metrics(result, split_names), counts_from_side_output(counts_path, split_names))
     tf.io.gfile.remove(counts_path)
     report = make_report(config, split_counts, counts_source, input_fingerprint)
+    if budget is not None:
+        report["label_budget"] = sampling.read_summary(budget.summary_path)
+        tf.io.gfile.remove(budget.summary_path)
     write_report(report, output_dir)
     logging.info("%s", summary_line(report))
     if (report.get("split_check") or {}).get("warning"):
         logging.warning("TextExampleGen: %s", report["split_check"]["warning"])
     check_splits_have_good_records(report)
+    if budget is not None:
+        sampling.check_budget(report["label_budget"], TRAIN_SPLIT)
     return report
 
 

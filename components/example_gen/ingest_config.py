@@ -10,7 +10,8 @@ TRAIN_SPLIT = "train"
 EVAL_SPLIT = "eval"
 DEFAULT_EVAL_FRACTION = 0.1
 
-_COMMON_KEYS = {"format", "splits", "path", "eval_fraction", "max_record_chars"}
+_COMMON_KEYS = {"format", "splits", "path", "eval_fraction", "max_record_chars",
+                "train_examples", "seed"}
 _FILE_KEYS = {"column_names", "has_header", "label_column", "label_type", "text_field",
               "num_classes"}
 _TFDS_KEYS = {"name", "data_dir", "tfds_splits", "text_feature", "label_feature", "label_type",
@@ -32,6 +33,8 @@ class IngestConfig:
     tfds_name: Optional[str] = None
     tfds_data_dir: Optional[str] = None
     tfds_splits: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    train_examples: Optional[int] = None
+    seed: int = 0
 
     @property
     def is_tfds(self) -> bool:
@@ -60,9 +63,25 @@ def parse_input_config(input_config: Any) -> IngestConfig:
         raise ValueError(f"input_config: unknown keys {unknown_keys} for format {file_format!r}; "
                          f"expected some of {sorted(allowed_keys)}")
     options = _format_options(raw)
-    if file_format == formats.TFDS_FORMAT:
-        return _tfds_config(raw, options)
-    return _file_config(raw, options)
+    config = (_tfds_config(raw, options) if file_format == formats.TFDS_FORMAT
+              else _file_config(raw, options))
+    return dataclasses.replace(config, **_label_budget(raw, config))
+
+
+def _label_budget(raw: Mapping[str, Any], config: IngestConfig) -> Dict[str, Any]:
+    """``train_examples`` (a positive int: that many train examples are kept, sampling.py)
+    and the ``seed`` of the draw."""
+    budget, seed = raw.get("train_examples"), raw.get("seed", 0)
+    if budget is not None:
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"input_config train_examples must be a positive int, got "
+                             f"{budget!r}")
+        if config.split_names() and TRAIN_SPLIT not in config.split_names():
+            raise ValueError(f"input_config train_examples needs a {TRAIN_SPLIT!r} split, got "
+                             f"{config.split_names()}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"input_config seed must be an int, got {seed!r}")
+    return {"train_examples": budget, "seed": seed}
 
 
 def _format_options(raw: Mapping[str, Any]) -> formats.FormatOptions:

@@ -64,8 +64,11 @@ def summary_line(report: Mapping[str, Any]) -> str:
     reasons = ", ".join(f"{reason}={totals[reason]}" for reason in formats.BAD_REASONS
                         if totals[reason])
     splits = ", ".join(f"{split}={counts['good']}" for split, counts in report["splits"].items())
+    budget = report.get("label_budget")
+    kept = (f"; label budget: {budget['kept']} of {budget['good']} train examples kept, "
+            f"{budget['left_out']} left out" if budget else "")
     return (f"TextExampleGen ({report['format']}): {totals['good']} good, {totals['bad']} bad "
-            f"records ({reasons or 'none'}); good per split: {splits} "
+            f"records ({reasons or 'none'}); good per split: {splits}{kept} "
             f"[counts from {report['counts_source']}]")
 
 

@@ -15,7 +15,8 @@ from apache_beam.transforms import window
 from apache_beam.utils import windowed_value
 from tensorflow.core.example import example_pb2
 
-from lmfactory.components.example_gen import conll, formats, multiple_choice, parallel, squad
+from lmfactory.components.example_gen import (conll, formats, multiple_choice, parallel,
+                                              sampling, squad)
 from lmfactory.components.example_gen.counts import (METRICS_NAMESPACE, merge_split_counts,
                                                      parse_step_label, write_json_file)
 from lmfactory.components.example_gen.ingest_config import (EVAL_SPLIT, TRAIN_SPLIT,
@@ -212,11 +213,16 @@ def read_tfds_splits(pipeline: beam.Pipeline, config: IngestConfig, builder) -> 
 
 
 def parse_and_write_split(split: str, records, output_dir: str,
-                           options: formats.FormatOptions):
-    """Parses and writes one split; returns its PCollection of per-bundle outcome counts."""
+                           options: formats.FormatOptions,
+                           budget: Optional[sampling.LabelBudget] = None):
+    """Parses and writes one split (with a ``budget``, only its stratified sample,
+    sampling.py); returns its PCollection of per-bundle outcome counts."""
     parsed = records | parse_step_label(split) >> beam.ParDo(
         _ParseRecordsFn(split, options)).with_outputs(COUNTS_TAG, main="examples")
-    _ = (parsed.examples
+    examples = parsed.examples
+    if budget is not None:
+        examples = sampling.sample(examples, budget, split)
+    _ = (examples
          | f"WriteSplit[{split}]" >> beam.io.WriteToTFRecord(
              os.path.join(split_output_dir(output_dir, split), RECORD_FILE_PREFIX),
              file_name_suffix=".gz", compression_type=CompressionTypes.GZIP))

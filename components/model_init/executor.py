@@ -14,10 +14,13 @@ from tfx.types import artifact_utils
 from lmfactory import models
 from lmfactory.components.trainer.model_artifact import (BACKBONE_WEIGHTS, MODEL_CONFIG,
                                                          VOCABULARY_DIR, copy_dir,
-                                                         keras_dir_of)
+                                                         keras_dir_of, read_model_config,
+                                                         vocabulary_dir_of)
+from lmfactory.components.trainer.precision import stage_backbone_config
 from lmfactory.models.tokenizers import load_tokenizer
 
 VOCABULARY_KEY = "vocabulary"
+BASE_MODEL_KEY = "base_model"
 MODEL_KEY = "model"
 
 
@@ -46,10 +49,40 @@ def initialize_backbone(architecture: str, preset: str, overrides: dict, vocab_d
     return model_config
 
 
+def initialize_like(base_model_uri: str, model_uri: str, seed: int = 0) -> dict:
+    """A fresh backbone with the exact configuration and vocabulary of the backbone in the
+    Model artifact ``base_model_uri`` (a pretrained or imported one), in the same layout as
+    `initialize_backbone`: what a transfer control fine-tunes instead of the pretrained
+    weights (same task model, data, vocabulary, schedule and seed)."""
+    base_config = read_model_config(base_model_uri)
+    keras.utils.set_random_seed(seed)
+    backbone = models.get(base_config["architecture"]).backbone_cls.from_config(
+        stage_backbone_config(base_config["backbone_config"]))
+    keras_dir = keras_dir_of(model_uri)
+    tf.io.gfile.makedirs(keras_dir)
+    backbone.save_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
+    copy_dir(vocabulary_dir_of(base_model_uri), os.path.join(keras_dir, VOCABULARY_DIR))
+    model_config = {"architecture": base_config["architecture"],
+                    "preset": base_config.get("preset"),
+                    "backbone_config": backbone.get_config(),
+                    "task": {"kind": "initialization", "like": base_model_uri},
+                    "train_metrics": {}, "generation": {}}
+    with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG), "w") as f:
+        json.dump(model_config, f, indent=2, sort_keys=True)
+    logging.info("Initialised a fresh %s backbone like %s (%d parameters)",
+                 base_config["architecture"], base_model_uri, backbone.count_params())
+    return model_config
+
+
 class Executor(base_executor.BaseExecutor):
     def Do(self, input_dict, output_dict, exec_properties):
-        vocabulary = artifact_utils.get_single_instance(input_dict[VOCABULARY_KEY])
         model = artifact_utils.get_single_instance(output_dict[MODEL_KEY])
+        seed = int(exec_properties.get("seed") or 0)
+        if input_dict.get(BASE_MODEL_KEY):
+            base_model = artifact_utils.get_single_instance(input_dict[BASE_MODEL_KEY])
+            initialize_like(base_model.uri, model.uri, seed)
+            return
+        vocabulary = artifact_utils.get_single_instance(input_dict[VOCABULARY_KEY])
         initialize_backbone(exec_properties["architecture"], exec_properties["preset"],
                             json.loads(exec_properties.get("overrides") or "{}"),
-                            vocabulary.uri, model.uri, int(exec_properties.get("seed") or 0))
+                            vocabulary.uri, model.uri, seed)
