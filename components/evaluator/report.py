@@ -4,8 +4,9 @@ The report holds the blessing verdict and its reason, the task's official metric
 scalar metric (next to the baseline's when there is one), the non-scalar metrics (a per-type
 breakdown as a table, anything else as JSON), the confusion matrix of a classifier, the
 training curve the Trainer recorded (``trainer/training_curve.py``) and, with a transfer
-control, the from-scratch model's figures, the transfer gain and both validation curves. Both files are built from
-one list of blocks, so they say the same thing; the HTML embeds its images as base64 data URIs.
+control, the from-scratch model's figures, the transfer gain and both validation curves.
+Both files are built from one list of blocks, so they say the same thing; the HTML embeds
+its images as base64 data URIs.
 
 Plots use matplotlib's Agg canvas on a ``Figure`` of their own; pyplot's global state is
 never touched.
