@@ -69,14 +69,26 @@ def test_a_budget_keeps_a_seeded_stratified_sample_and_reports_it(tmp_path):
                                     "1": {"good": 70, "kept": 14}}}
     assert report["splits"]["train"]["good"] == 100  # outcome counts: the whole file
     first = sorted(e["sentence"][0] for e in read_examples(tmp_path / "a", "train"))
-    ingest({**config, "train_examples": 20, "seed": 3}, str(tmp_path / "b"),
-           beam_pipeline_args=["--direct_running_mode=multi_processing",
-                               "--direct_num_workers=2"])
+    ingest({**config, "train_examples": 20, "seed": 3}, str(tmp_path / "b"))
     assert sorted(e["sentence"][0] for e in read_examples(tmp_path / "b", "train")) == first
     ingest({**config, "train_examples": 20, "seed": 4}, str(tmp_path / "c"))
     assert sorted(e["sentence"][0] for e in read_examples(tmp_path / "c", "train")) != first
     smaller = ingest({**config, "train_examples": 10, "seed": 3}, str(tmp_path / "d"))
     assert smaller["label_budget"]["kept"] == 10
+
+
+@pytest.mark.dag  # Beam's worker processes
+def test_worker_processes_draw_the_same_sample(tmp_path):
+    """The rank hashes an Example's deterministic serialization: the bytes a parser wrote
+    may order the feature map differently in another process."""
+    config = {**_sst2_like(tmp_path, positives=70, negatives=30), "train_examples": 20,
+              "seed": 3}
+    ingest(config, str(tmp_path / "one"))
+    ingest(config, str(tmp_path / "workers"),
+           beam_pipeline_args=["--direct_running_mode=multi_processing",
+                               "--direct_num_workers=2"])
+    assert sorted(e["sentence"][0] for e in read_examples(tmp_path / "workers", "train")) \
+        == sorted(e["sentence"][0] for e in read_examples(tmp_path / "one", "train"))
 
 
 def test_a_budget_over_the_split_or_of_a_bad_value_is_one_line(tmp_path):
