@@ -322,20 +322,18 @@ def create_components(recipe: dict, serving_dir: str) -> list:
                                      ).with_id("TeacherFineTuner")
         components.append(teacher_finetuner)
 
-    def task_stage(base_model, component_id: str):
-        """The stage that trains the task model from ``base_model``; its serving model is
-        evaluated (and, for the FineTuner, pushed)."""
+    def task_stage(base_model, trainer_id: str, distiller_id: str):
+        """The stage that trains the task model from ``base_model`` (a Trainer, or with task
+        distillation a Distiller); its serving model is evaluated."""
         if teacher_finetuner is not None:
             return _distiller(recipe, "finetuning", task_examples,
                               teacher_finetuner.outputs["model"], task=task,
-                              base_model=base_model, serves=True
-                              ).with_id(f"{component_id}TaskDistiller"
-                                        if component_id != "FineTuner" else "TaskDistiller")
+                              base_model=base_model, serves=True).with_id(distiller_id)
         return _trainer(recipe, "finetuning", task_examples, task=task, base_model=base_model,
                         kg_embeddings=kg_embeddings, graph=graph, serves=True
-                        ).with_id(component_id)
+                        ).with_id(trainer_id)
 
-    finetuner = task_stage(pretrained_model, "FineTuner")
+    finetuner = task_stage(pretrained_model, "FineTuner", "TaskDistiller")
     control = []
     if recipe["evaluation"].get("control") == CONTROL_FROM_SCRATCH:
         # The transfer control: the same task stage from a fresh backbone shaped like the
@@ -343,7 +341,8 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         initializer = BackboneInitializer(base_model=pretrained_model,
                                           seed=recipe["runtime"]["seed"]
                                           ).with_id("ControlInitializer")
-        control = [initializer, task_stage(initializer.outputs["model"], "Control")]
+        control = [initializer, task_stage(initializer.outputs["model"], "Control",
+                                           "ControlTaskDistiller")]
     baseline = Resolver(
         strategy_class=LatestBlessedModelStrategy,
         model=Channel(type=standard_artifacts.Model),

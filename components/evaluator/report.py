@@ -347,9 +347,8 @@ def _blocks(outcome: dict, curve, confusion, class_names, attention=None,
     def column(source, name):
         return format_value(source.get(name)) if _is_scalar(source.get(name)) else "—"
 
-    def gain_column(name):
-        value = gain.get(name)
-        return f"{value:+.4f}" if isinstance(value, float) else column(gain, name)
+    def gain_column(name):  # transfer.gains: floats, signed
+        return f"{gain[name]:+.4f}" if name in gain else "—"
 
     if scalars:
         header = ["metric", "value"] + (["baseline"] if baseline else []) + (

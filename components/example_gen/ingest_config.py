@@ -65,20 +65,17 @@ def parse_input_config(input_config: Any) -> IngestConfig:
     options = _format_options(raw)
     config = (_tfds_config(raw, options) if file_format == formats.TFDS_FORMAT
               else _file_config(raw, options))
-    return dataclasses.replace(config, **_label_budget(raw, config))
+    return dataclasses.replace(config, **_label_budget(raw))
 
 
-def _label_budget(raw: Mapping[str, Any], config: IngestConfig) -> Dict[str, Any]:
-    """``train_examples`` (a positive int: that many train examples are kept, sampling.py)
-    and the ``seed`` of the draw."""
+def _label_budget(raw: Mapping[str, Any]) -> Dict[str, Any]:
+    """``train_examples`` (a positive int: that many train examples are kept, sampling.py;
+    the ingestion checks there is a train split) and the ``seed`` of the draw."""
     budget, seed = raw.get("train_examples"), raw.get("seed", 0)
     if budget is not None:
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
             raise ValueError(f"input_config train_examples must be a positive int, got "
                              f"{budget!r}")
-        if config.split_names() and TRAIN_SPLIT not in config.split_names():
-            raise ValueError(f"input_config train_examples needs a {TRAIN_SPLIT!r} split, got "
-                             f"{config.split_names()}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"input_config seed must be an int, got {seed!r}")
     return {"train_examples": budget, "seed": seed}

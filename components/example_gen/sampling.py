@@ -60,14 +60,10 @@ def _stratum(example) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def rank(serialized: bytes, seed: int) -> int:
+def _rank(example, seed: int) -> int:
     """A 64-bit draw fixed by the example's content and the seed. The bytes hashed are the
     deterministic serialization: a feature map's order in the bytes a parser wrote may
     differ between processes."""
-    return _rank(example_pb2.Example.FromString(serialized), seed)
-
-
-def _rank(example, seed: int) -> int:
     content = example.SerializeToString(deterministic=True)
     key = int(seed).to_bytes(8, "big", signed=True)
     return int.from_bytes(hashlib.blake2b(content, digest_size=8, key=key).digest(), "big")

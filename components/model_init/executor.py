@@ -24,26 +24,33 @@ BASE_MODEL_KEY = "base_model"
 MODEL_KEY = "model"
 
 
-def initialize_backbone(architecture: str, preset: str, overrides: dict, vocab_dir: str,
-                        model_uri: str, seed: int = 0) -> dict:
+def _write_model(backbone, architecture: str, preset, vocab_dir: str, model_uri: str,
+                 task: dict) -> dict:
     """Writes the ``keras/`` folder of a Model artifact (CONTRACTS §4: backbone weights,
-    ``model_config.json``, vocabulary) holding a fresh ``architecture`` backbone of
-    ``preset`` sized to the vocabulary, for the FineTuner to start from. It has no trained
-    task model and no serving SavedModel: it is never evaluated or pushed."""
-    keras.utils.set_random_seed(seed)
-    vocabulary_size = load_tokenizer(vocab_dir).vocabulary_size()
-    backbone = models.build(architecture, preset,
-                            **{**overrides, "vocabulary_size": vocabulary_size})
+    ``model_config.json``, vocabulary) holding ``backbone``; returns its model_config."""
     keras_dir = keras_dir_of(model_uri)
     tf.io.gfile.makedirs(keras_dir)
     backbone.save_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
     copy_dir(vocab_dir, os.path.join(keras_dir, VOCABULARY_DIR))
     model_config = {"architecture": architecture, "preset": preset,
-                    "backbone_config": backbone.get_config(),
-                    "task": {"kind": "initialization"}, "train_metrics": {},
-                    "generation": {}}
+                    "backbone_config": backbone.get_config(), "task": task,
+                    "train_metrics": {}, "generation": {}}
     with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG), "w") as f:
         json.dump(model_config, f, indent=2, sort_keys=True)
+    return model_config
+
+
+def initialize_backbone(architecture: str, preset: str, overrides: dict, vocab_dir: str,
+                        model_uri: str, seed: int = 0) -> dict:
+    """A Model artifact holding a fresh ``architecture`` backbone of ``preset`` sized to the
+    vocabulary, for the FineTuner to start from. It has no trained task model and no
+    serving SavedModel: it is never evaluated or pushed."""
+    keras.utils.set_random_seed(seed)
+    vocabulary_size = load_tokenizer(vocab_dir).vocabulary_size()
+    backbone = models.build(architecture, preset,
+                            **{**overrides, "vocabulary_size": vocabulary_size})
+    model_config = _write_model(backbone, architecture, preset, vocab_dir, model_uri,
+                                {"kind": "initialization"})
     logging.info("Initialised a %s %s backbone (%d parameters, %d tokens)", architecture,
                  preset, backbone.count_params(), vocabulary_size)
     return model_config
@@ -51,26 +58,19 @@ def initialize_backbone(architecture: str, preset: str, overrides: dict, vocab_d
 
 def initialize_like(base_model_uri: str, model_uri: str, seed: int = 0) -> dict:
     """A fresh backbone with the exact configuration and vocabulary of the backbone in the
-    Model artifact ``base_model_uri`` (a pretrained or imported one), in the same layout as
+    Model artifact ``base_model_uri`` (a pretrained or imported one), in the layout of
     `initialize_backbone`: what a transfer control fine-tunes instead of the pretrained
     weights (same task model, data, vocabulary, schedule and seed)."""
     base_config = read_model_config(base_model_uri)
+    architecture = base_config["architecture"]
     keras.utils.set_random_seed(seed)
-    backbone = models.get(base_config["architecture"]).backbone_cls.from_config(
+    backbone = models.get(architecture).backbone_cls.from_config(
         stage_backbone_config(base_config["backbone_config"]))
-    keras_dir = keras_dir_of(model_uri)
-    tf.io.gfile.makedirs(keras_dir)
-    backbone.save_weights(os.path.join(keras_dir, BACKBONE_WEIGHTS))
-    copy_dir(vocabulary_dir_of(base_model_uri), os.path.join(keras_dir, VOCABULARY_DIR))
-    model_config = {"architecture": base_config["architecture"],
-                    "preset": base_config.get("preset"),
-                    "backbone_config": backbone.get_config(),
-                    "task": {"kind": "initialization", "like": base_model_uri},
-                    "train_metrics": {}, "generation": {}}
-    with tf.io.gfile.GFile(os.path.join(keras_dir, MODEL_CONFIG), "w") as f:
-        json.dump(model_config, f, indent=2, sort_keys=True)
-    logging.info("Initialised a fresh %s backbone like %s (%d parameters)",
-                 base_config["architecture"], base_model_uri, backbone.count_params())
+    model_config = _write_model(backbone, architecture, base_config.get("preset"),
+                                vocabulary_dir_of(base_model_uri), model_uri,
+                                {"kind": "initialization", "like": base_model_uri})
+    logging.info("Initialised a fresh %s backbone like %s (%d parameters)", architecture,
+                 base_model_uri, backbone.count_params())
     return model_config
 
 
