@@ -212,7 +212,8 @@ def _pretraining_stage(recipe: dict, target_gen=None, graph=None, kg_embeddings=
             checkpoint=_resolve_path(pretraining["init_checkpoint"]),
             tokenizer_dir=(_resolve_path(pretraining["tokenizer_dir"])
                            if pretraining.get("tokenizer_dir") else None),
-            sequence_length=recipe["finetuning"]["sequence_length"])
+            sequence_length=recipe["finetuning"]["sequence_length"],
+            export_serving=recipe["runtime"]["export_every_stage"])
         return [importer], importer.outputs["model"], None, None
     corpus_gen = TextExampleGen(
         input_config=_absolute_paths(recipe["data"]["corpus"])).with_id("CorpusExampleGen")

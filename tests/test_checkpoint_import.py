@@ -19,7 +19,8 @@ from lmfactory.models.tokenizers import load_tokenizer
 def test_hugging_face_folder_becomes_a_model_artifact(tmp_path):
     inputs, expected, folder = parity.load_fixture("bert")
     model_uri = str(tmp_path / "model")
-    import_checkpoint("bert", str(folder), model_uri, sequence_length=16)
+    import_checkpoint("bert", str(folder), model_uri, sequence_length=16,
+                      export_serving=True)
 
     config = read_model_config(model_uri)
     assert config["architecture"] == "bert" and config["source_checkpoint"] == str(folder)
@@ -42,6 +43,19 @@ def test_hugging_face_folder_becomes_a_model_artifact(tmp_path):
     served = serve(text=tf.constant(["The quick brown fox.", ""]))
     assert served["sequence_output"].shape == (2, 16, 32)
     assert served["pooled_output"].shape == (2, 32)
+
+
+def test_the_imported_model_is_exported_for_serving_only_when_asked(tmp_path):
+    """It feeds the fine-tuning stage, which reads keras/ (CONTRACTS §4)."""
+    from lmfactory.components.trainer.export import NOT_EXPORTED
+    from lmfactory.components.trainer.model_artifact import load_model_backbone
+
+    _, _, folder = parity.load_fixture("bert")
+    model_uri = tmp_path / "model"
+    import_checkpoint("bert", str(folder), str(model_uri), sequence_length=16)
+    assert sorted(p.name for p in (model_uri / "Format-Serving").iterdir()) == [NOT_EXPORTED]
+    backbone, _ = load_model_backbone(str(model_uri))
+    assert backbone.get_config()["hidden_dim"] == 32
 
 
 def test_package_paths_and_missing_folders(tmp_path):

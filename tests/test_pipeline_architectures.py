@@ -24,14 +24,14 @@ def _run(recipe_name, tmp_path, demo_data, extra=(), corpus=True):
     train = small_tsv(demo_data / "sst2" / "train.tsv", tmp_path / "train.tsv", 200)
     dev = small_tsv(demo_data / "sst2" / "dev.tsv", tmp_path / "dev.tsv", 40)
     overrides = [f"data.task.splits.train={train}", f"data.task.splits.eval={dev}",
-                 "finetuning.sequence_length=32", "evaluation.threshold=0.0", *extra]
+                 "finetuning.sequence_length=32", "evaluation.threshold=0.0"]
     if corpus:
         overrides += TINY_TRAINING + [
             f"data.corpus.path={small_corpus(demo_data, tmp_path / 'corpus.txt', 120)}",
             "tokenizer.vocab_size=600"]
     else:
         overrides += [t for t in TINY_TRAINING if t.startswith(("finetuning.", "runtime."))]
-    recipe = load_recipe(recipe_name, overrides)
+    recipe = load_recipe(recipe_name, overrides + list(extra))  # the test's own last
     summary = runners.run_local(recipe, str(tmp_path / "runs"))
     assert summary["evaluation"]["blessed"] is True
     assert summary["evaluation"]["metrics"]["examples"] == 40

@@ -36,13 +36,17 @@ def resolve_checkpoint_path(path: str) -> str:
 
 
 def import_checkpoint(architecture: str, checkpoint: str, model_uri: str,
-                      tokenizer_dir: str | None = None, sequence_length: int = 128) -> dict:
+                      tokenizer_dir: str | None = None, sequence_length: int = 128,
+                      export_serving: bool = False) -> dict:
     """Converts ``checkpoint`` into the Model artifact folder ``model_uri`` (CONTRACTS §4).
 
     The backbone comes from the architecture's converter (`models.load_checkpoint`), the
     vocabulary from the tokenizer files in ``tokenizer_dir`` (default: the checkpoint folder)
-    through `import_huggingface_tokenizer`. The artifact's task model is the bare backbone
-    and its SavedModel serves encoder outputs for raw strings.
+    through `import_huggingface_tokenizer`. The artifact's task model is the bare backbone.
+    Like every stage whose model feeds a later one (CONTRACTS §4), it exports a SavedModel
+    (encoder outputs for raw strings) only with ``export_serving``
+    (``runtime.export_every_stage``): the fine-tuning stage never reads it, and tracing a
+    published model's signatures costs seconds on every run.
     """
     checkpoint = resolve_checkpoint_path(checkpoint)
     tokenizer_dir = resolve_checkpoint_path(tokenizer_dir) if tokenizer_dir else None
@@ -60,7 +64,7 @@ def import_checkpoint(architecture: str, checkpoint: str, model_uri: str,
             os.path.join(model_uri, SERVING_DIR), backbone, backbone, vocab_dir,
             {"preset": None, "source_checkpoint": checkpoint,
              "task": {"kind": "encoder", "sequence_length": sequence_length},
-             "train_metrics": {}, "generation": {}})
+             "train_metrics": {}, "generation": {}}, export=export_serving)
     logging.info("Imported %s checkpoint %s (%d parameters)", architecture, checkpoint,
                  backbone.count_params())
     return model_config
@@ -71,4 +75,5 @@ class Executor(base_executor.BaseExecutor):
         model = artifact_utils.get_single_instance(output_dict[MODEL_KEY])
         import_checkpoint(exec_properties["architecture"], exec_properties["checkpoint"],
                           model.uri, exec_properties.get("tokenizer_dir") or None,
-                          int(exec_properties.get("sequence_length") or 128))
+                          int(exec_properties.get("sequence_length") or 128),
+                          bool(exec_properties.get("export_serving")))
