@@ -352,7 +352,7 @@ def _compile(args, recipe) -> str:
         raise SystemExit("lmfactory: --pipeline-root (gs://bucket/path) is required for Vertex")
     if not args.image:
         raise SystemExit("lmfactory: --image is required for Vertex: an image with lmfactory "
-                         "installed, built from the Dockerfile (README, 'Vertex AI / Kubeflow')")
+                         "installed, built from the Dockerfile (docs/vertex.md)")
     output = args.output or f"{recipe['name']}_pipeline.json"
     runners.compile_vertex(recipe, output, args.pipeline_root, image=args.image,
                            local_data="stage" if args.stage_data else "refuse",
