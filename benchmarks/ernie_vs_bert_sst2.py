@@ -52,7 +52,7 @@ elif task == "relations":
 
     data = f"{root}/relations"
     if not os.path.exists(f"{data}/counts.json"):
-        relation_data.build(data)
+        relation_data.build(data, "../shared/data")
     print("DATA", json.dumps(json.load(open(f"{data}/counts.json"))["examples"]))
     common += [f"data.task={{format: tsv, splits: {{train: {data}/train.tsv, "
                f"eval: {data}/eval.tsv}}}}", "finetuning.task=relation_classification",
@@ -65,7 +65,7 @@ elif task == "typing":
 
     data = f"{root}/typing"
     if not os.path.exists(f"{data}/counts.json"):
-        typing_data.build(data)
+        typing_data.build(data, "../shared/data")
     print("DATA", json.dumps(json.load(open(f"{data}/counts.json"))["examples"]))
     common += [f"data.task={{format: tsv, splits: {{train: {data}/train.tsv, "
                f"eval: {data}/eval.tsv}}}}", "finetuning.task=entity_typing",

@@ -174,7 +174,7 @@ def _add_few_shot_parser(commands) -> None:
     command.add_argument("--markdown", help="also write the table to this Markdown file")
     command.add_argument("--json", help="also write the result to this JSON file")
     command.add_argument("--data-dir", help="the folder holding glue/ and commonsenseqa/ "
-                                            "(default ../shared/data beside the package)")
+                                            "(e.g. ../shared/data)")
     command.add_argument("--context-length", type=int, default=None,
                          help="prompt + completion budget in tokens (default: the sequence "
                               "length the model was trained on, else its positions)")

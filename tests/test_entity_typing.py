@@ -28,8 +28,9 @@ from lmfactory.pipelines.pipeline import _trainer_config, task_record
 from lmfactory.recipe import RecipeError, load_recipe
 
 import serving_models
+from conftest import SHARED_DATA
 
-WIKITEXT = "../shared/data/wikitext-2/valid.txt"
+WIKITEXT = str(SHARED_DATA / "wikitext-2" / "valid.txt")
 SENTENCES = ["Gothenburg is the second largest city in Sweden , after Stockholm .",
              "The war was fought by France and England in 1340 ."]
 
@@ -46,7 +47,7 @@ def built(tmp_path_factory):
     squad.write_text(json.dumps({"data": [{"paragraphs": [
         {"context": SENTENCES[1]}, {"context": None}]}]}), encoding="utf-8")
     counts = typing_data.build(
-        str(root / "out"), sources=[{"format": "text", "path": str(text)},
+        str(root / "out"), str(SHARED_DATA), sources=[{"format": "text", "path": str(text)},
                                     {"format": "squad", "path": str(squad)}],
         top_k=6, eval_fraction=0.3, max_per_entity=5)
     rows = {}

@@ -239,6 +239,8 @@ def test_scores_match_a_brute_force_per_token_computation(gpt2, tokenizer, end_i
         np.testing.assert_allclose(np.array(got), expected, atol=2e-5, rtol=0)
     with pytest.raises(fs.FewShotError, match="scoring must be one of"):
         fs.candidate_scores([0.0], [1], "max")
+    with pytest.raises(fs.FewShotError, match="give --data-dir"):  # no default data location
+        fs.evaluate_few_shot(gpt2, tokenizer, "sst2", ks=(0,))
 
 
 def test_scoring_works_for_the_character_lm():

@@ -29,10 +29,11 @@ def _head(source, path, lines):
     return str(path)
 
 
-def _relations(tmp_path):
+def _relations(tmp_path, shared_data):
     """Relation data of WikiText-2 valid; its first 60 train / 20 eval rows."""
-    counts = relation_data.build(str(tmp_path / "relations"), top_k=5, eval_fraction=0.3,
-                                 sources=relation_data.DEFAULT_SOURCES[:1])
+    counts = relation_data.build(str(tmp_path / "relations"), str(shared_data), top_k=5,
+                                 eval_fraction=0.3,
+                                 sources=relation_data.default_sources(str(shared_data))[:1])
     assert min(counts["examples"].values()) >= 20
     paths = []
     for split, rows in (("train", 60), ("eval", 20)):
@@ -41,8 +42,8 @@ def _relations(tmp_path):
     return paths
 
 
-def test_ernie_links_pretrains_fine_tunes_and_pushes(tmp_path, demo_data):
-    train, dev = _relations(tmp_path)
+def test_ernie_links_pretrains_fine_tunes_and_pushes(tmp_path, demo_data, shared_data):
+    train, dev = _relations(tmp_path, shared_data)
     corpus = small_corpus(demo_data, tmp_path / "corpus.txt", 30)
     triples = _head(f"{KG}/train.txt", tmp_path / "train.txt", 2000)
     overrides = [t for t in TINY_TRAINING if not t.startswith("overrides=")] + [

@@ -15,7 +15,9 @@ from lmfactory.components.knowledge_graph import relation_data
 from lmfactory.models.tasks.relation_marking import (RelationMarkingPreprocessor,
                                                      mark_mentions)
 
-WIKITEXT = "../shared/data/wikitext-2/valid.txt"
+from conftest import SHARED_DATA
+
+WIKITEXT = str(SHARED_DATA / "wikitext-2" / "valid.txt")
 SENTENCES = [
     "Gothenburg is the second largest city in Sweden , after Stockholm .",
     "Sweden borders Norway and Finland .",
@@ -35,7 +37,7 @@ def built(tmp_path_factory):
     squad.write_text(json.dumps({"data": [{"paragraphs": [
         {"context": SENTENCES[2]}, {"context": 7}]}]}), encoding="utf-8")
     counts = relation_data.build(
-        str(root / "out"), sources=[{"format": "text", "path": str(text)},
+        str(root / "out"), str(SHARED_DATA), sources=[{"format": "text", "path": str(text)},
                                     {"format": "squad", "path": str(squad)}],
         top_k=6, eval_fraction=0.3)
     rows = {}
@@ -55,6 +57,8 @@ def test_builder_counts_links_and_splits_by_entity_pair(built):
     assert skipped["sentences_without_two_entities"] > 0
     assert counts["examples"] == {split: len(r) for split, r in rows.items()}
     assert min(counts["examples"].values()) > 5
+    with pytest.raises(ValueError, match="give data_dir"):  # no default data location
+        relation_data.build("unused", sources=[])
     everything = rows["train"] + rows["eval"]
     # The crafted sentences: FB15k-237 says Sweden contains Gothenburg, Sweden adjoins Norway.
     assert [SENTENCES[0], "Sweden", "Gothenburg", "/location/location/contains"] in everything

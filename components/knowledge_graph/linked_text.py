@@ -15,13 +15,34 @@ from typing import Iterable, Iterator
 
 SOURCE_FORMATS = ("text", "squad")  # one paragraph a line (WikiText) | SQuAD v1.1 JSON
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
-_DATA = "../shared/data"
-DEFAULT_SOURCES = ({"format": "text", "path": f"{_DATA}/wikitext-2/valid.txt"},
-                   {"format": "squad", "path": f"{_DATA}/squad/dev-v1.1.json"})
-DEFAULT_GRAPH = {"format": "tsv",
-                 "splits": {"train": f"{_DATA}/kg/FB15k-237/train.txt"},
-                 "labels": f"{_DATA}/kg/FB15k-237/entity2wikidata.json",
-                 "linking": {"max_ngram": 4, "lowercase": True}}
+
+
+def default_sources(data_dir: str) -> tuple:
+    """The text the builders link by default: WikiText-2 valid and the SQuAD v1.1 dev
+    contexts, in ``data_dir`` laid out as the shared data folder (``wikitext-2/``,
+    ``squad/``)."""
+    return ({"format": "text", "path": os.path.join(data_dir, "wikitext-2", "valid.txt")},
+            {"format": "squad", "path": os.path.join(data_dir, "squad", "dev-v1.1.json")})
+
+
+def default_graph(data_dir: str) -> dict:
+    """The knowledge_graph section of FB15k-237's train triples and Wikidata labels in
+    ``data_dir`` (``kg/FB15k-237/``)."""
+    folder = os.path.join(data_dir, "kg", "FB15k-237")
+    return {"format": "tsv", "splits": {"train": os.path.join(folder, "train.txt")},
+            "labels": os.path.join(folder, "entity2wikidata.json"),
+            "linking": {"max_ngram": 4, "lowercase": True}}
+
+
+def resolve_inputs(data_dir: str | None, graph_section: dict | None,
+                   sources: Iterable[dict] | None) -> tuple:
+    """``(graph_section, sources)``: each as given, else the default one in ``data_dir``;
+    a missing ``data_dir`` is a one-line error."""
+    if data_dir is None and (graph_section is None or sources is None):
+        raise ValueError("give data_dir (the folder holding wikitext-2/, squad/ and "
+                         "kg/FB15k-237/) or both the graph section and the text sources")
+    return (graph_section if graph_section is not None else default_graph(data_dir),
+            tuple(sources) if sources is not None else default_sources(data_dir))
 
 
 def paragraphs(source: dict, counts: collections.Counter) -> Iterator[str]:

@@ -31,7 +31,7 @@ from typing import Iterable
 
 from lmfactory.components.knowledge_graph.graph import build_graph
 from lmfactory.components.knowledge_graph.linked_text import (  # noqa: F401  (re-exported)
-    DEFAULT_GRAPH, DEFAULT_SOURCES, SOURCE_FORMATS, marked_at, paragraphs, sentences,
+    SOURCE_FORMATS, default_sources, marked_at, paragraphs, resolve_inputs, sentences,
     split_of, write_json, write_splits)
 from lmfactory.components.knowledge_graph.linking import EntityMatcher
 from lmfactory.models.tasks.relation_marking import DEFAULT_MARKERS, mark_mentions
@@ -78,11 +78,14 @@ def candidates(graph, sentence_iter, max_words: int, counts, markers: dict):
             counts["sentences_without_related_pair"] += 1
 
 
-def build(output_dir: str, graph_section: dict = DEFAULT_GRAPH,
-          sources: Iterable[dict] = DEFAULT_SOURCES, top_k: int = 10,
+def build(output_dir: str, data_dir: str | None = None, graph_section: dict | None = None,
+          sources: Iterable[dict] | None = None, top_k: int = 10,
           eval_fraction: float = 0.2, max_words: int = 40, seed: int = 0,
           markers: dict | None = None) -> dict:
-    """Builds the data (see the module docstring) into ``output_dir``; returns the counts."""
+    """Builds the data (see the module docstring) into ``output_dir``; returns the counts.
+    The graph and the text come from ``data_dir`` (`linked_text.default_graph` /
+    `default_sources`) unless given."""
+    graph_section, sources = resolve_inputs(data_dir, graph_section, sources)
     markers = dict(markers or DEFAULT_MARKERS)
     graph = build_graph(graph_section)
     counts: collections.Counter = collections.Counter()
@@ -126,11 +129,14 @@ def build(output_dir: str, graph_section: dict = DEFAULT_GRAPH,
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("output_dir")
+    parser.add_argument("--data-dir", required=True,
+                        help="the folder holding wikitext-2/, squad/ and kg/FB15k-237/")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--eval-fraction", type=float, default=0.2)
     parser.add_argument("--max-words", type=int, default=40)
     args = parser.parse_args(argv)
-    result = build(args.output_dir, top_k=args.top_k, eval_fraction=args.eval_fraction,
+    result = build(args.output_dir, args.data_dir, top_k=args.top_k,
+                   eval_fraction=args.eval_fraction,
                    max_words=args.max_words)
     print(json.dumps({k: result[k] for k in ("examples", "pairs", "skipped")}, indent=1))
 

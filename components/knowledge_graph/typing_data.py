@@ -42,7 +42,7 @@ from typing import Iterable
 
 from lmfactory.components.knowledge_graph.graph import build_graph
 from lmfactory.components.knowledge_graph.linked_text import (
-    DEFAULT_GRAPH, DEFAULT_SOURCES, marked_at, sentences, split_of, write_json, write_splits)
+    marked_at, resolve_inputs, sentences, split_of, write_json, write_splits)
 from lmfactory.components.knowledge_graph.linking import EntityMatcher
 from lmfactory.models.tasks.relation_marking import DEFAULT_ENTITY_MARKER, mark_entity
 
@@ -111,11 +111,14 @@ def candidates(graph, sentence_iter, max_words: int, counts, marker: str, types:
             yield sentence, mention, found.entity_index
 
 
-def build(output_dir: str, graph_section: dict = DEFAULT_GRAPH,
-          sources: Iterable[dict] = DEFAULT_SOURCES, top_k: int = 10,
+def build(output_dir: str, data_dir: str | None = None, graph_section: dict | None = None,
+          sources: Iterable[dict] | None = None, top_k: int = 10,
           eval_fraction: float = 0.2, max_words: int = 40, seed: int = 0,
           max_per_entity: int = 20, marker: str = DEFAULT_ENTITY_MARKER) -> dict:
-    """Builds the data (see the module docstring) into ``output_dir``; returns the counts."""
+    """Builds the data (see the module docstring) into ``output_dir``; returns the counts.
+    The graph and the text come from ``data_dir`` (`linked_text.default_graph` /
+    `default_sources`) unless given."""
+    graph_section, sources = resolve_inputs(data_dir, graph_section, sources)
     if top_k < 1 or max_per_entity < 1:
         raise ValueError(f"top_k and max_per_entity must be >= 1, got {top_k}, "
                          f"{max_per_entity}")
@@ -167,12 +170,15 @@ def build(output_dir: str, graph_section: dict = DEFAULT_GRAPH,
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("output_dir")
+    parser.add_argument("--data-dir", required=True,
+                        help="the folder holding wikitext-2/, squad/ and kg/FB15k-237/")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--eval-fraction", type=float, default=0.2)
     parser.add_argument("--max-words", type=int, default=40)
     parser.add_argument("--max-per-entity", type=int, default=20)
     args = parser.parse_args(argv)
-    result = build(args.output_dir, top_k=args.top_k, eval_fraction=args.eval_fraction,
+    result = build(args.output_dir, args.data_dir, top_k=args.top_k,
+                   eval_fraction=args.eval_fraction,
                    max_words=args.max_words, max_per_entity=args.max_per_entity)
     print(json.dumps({k: result[k] for k in ("examples", "entities", "types", "skipped")},
                      indent=1))

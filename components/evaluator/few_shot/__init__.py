@@ -38,7 +38,7 @@ Modules, one concern each: ``tasks`` (readers, `TASKS`), ``prompts``, ``scoring`
 ``evaluation``, ``generation`` and ``artifacts`` (loading a model from pipeline folders).
 """
 
-from lmfactory.components.evaluator.few_shot.tasks import (ANSWER_CONTEXT, DEFAULT_DATA_DIR,
+from lmfactory.components.evaluator.few_shot.tasks import (ANSWER_CONTEXT,
                                                            TASKS, Example, FewShotError,
                                                            FewShotTask, TaskSplit, get_task,
                                                            read_commonsenseqa, read_sst2)
@@ -64,7 +64,7 @@ from lmfactory.components.evaluator.few_shot.artifacts import (LoadedModel, load
                                                                resolve_model_artifact)
 
 __all__ = [
-    "ANSWER_CONTEXT", "CompletionScorer", "DEFAULT_DATA_DIR", "DEFAULT_KS", "Example",
+    "ANSWER_CONTEXT", "CompletionScorer", "DEFAULT_KS", "Example",
     "FewShotError", "FewShotResult", "FewShotRow", "FewShotTask", "FittedPrompt",
     "LoadedModel", "SCORING_MODES", "TASKS", "TaskSplit", "build_prompt", "candidate_scores",
     "completion_logprobs", "detokenize", "evaluate_few_shot", "first_sentences",

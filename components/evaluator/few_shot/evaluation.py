@@ -16,7 +16,7 @@ from lmfactory.components.evaluator.few_shot.prompts import (fit_prompts,
 from lmfactory.components.evaluator.few_shot.scoring import (SCORING_MODES, CompletionScorer,
                                                              candidate_scores,
                                                              model_context_length)
-from lmfactory.components.evaluator.few_shot.tasks import (DEFAULT_DATA_DIR, Example,
+from lmfactory.components.evaluator.few_shot.tasks import (Example,
                                                            FewShotError, get_task)
 
 DEFAULT_KS = (0, 1, 4, 8)
@@ -94,7 +94,8 @@ def evaluate_few_shot(task_model, tokenizer, task="sst2", ks: Sequence[int] = DE
         ks: numbers of demonstrations.
         max_examples: evaluate this many eval examples, drawn at random with ``seed``.
         train_examples, eval_examples: the examples; read from the task's files under
-            ``data_dir`` (default ../shared/data) when not given.
+            ``data_dir`` (laid out as the shared data folder: ``glue/``,
+            ``commonsenseqa/``) when not given.
         context_length: the prompt + completion budget in tokens; default the backbone's
             number of positions.
         start_token_id: put before every sequence (GPT-2's ``<|endoftext|>``, a document
@@ -108,7 +109,10 @@ def evaluate_few_shot(task_model, tokenizer, task="sst2", ks: Sequence[int] = DE
     if not ks or min(ks) < 0:
         raise FewShotError(f"ks must be non-negative numbers of demonstrations, got {ks}")
     skipped = 0
-    data_dir = data_dir or DEFAULT_DATA_DIR
+    if data_dir is None and (eval_examples is None
+                             or (train_examples is None and max(ks) > 0)):
+        raise FewShotError("few-shot evaluation reads the task's files from a data folder: "
+                           "give --data-dir (the folder holding glue/ and commonsenseqa/)")
     if eval_examples is None:
         split = task.read(os.path.join(data_dir, task.eval_file), skip_malformed)
         eval_examples, skipped = split.examples, skipped + len(split.skipped)

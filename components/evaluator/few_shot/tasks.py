@@ -10,10 +10,6 @@ from typing import Callable, NamedTuple
 # Brown et al. 2020 §2.4: the unconditional probability of a completion is its probability
 # after "Answer: "; the completion carries its leading space, so the context is "Answer:".
 ANSWER_CONTEXT = "Answer:"
-# The repository root's sibling holding the shared data sets (../shared/data from the root).
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
-DEFAULT_DATA_DIR = os.path.join(os.path.dirname(PACKAGE_ROOT), "shared", "data")
 
 
 class FewShotError(ValueError):
