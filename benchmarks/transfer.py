@@ -92,10 +92,10 @@ def plot(runs: list, path: str) -> str:
     for recipe_name in dict.fromkeys(r["recipe"] for r in runs):
         budgets = [b for b in dict.fromkeys(r["budget"] for r in runs
                                             if r["recipe"] == recipe_name) if b != ALL]
-        for side in ("pretrained", "control"):
+        for side, label in (("pretrained", "pre-trained"), ("control", "from scratch")):
             means = [_mean_sd([r[side] for r in runs if r["recipe"] == recipe_name
                                and r["budget"] == b])[0] for b in budgets]
-            series[f"{recipe_name} {side}"] = ([int(b) for b in budgets], means)
+            series[f"{recipe_name} {label}"] = ([int(b) for b in budgets], means)
     metric = runs[0]["metric"]
     return line_plot(path, "Pre-trained vs from scratch, by label budget",
                      "labelled train examples", metric, series, log_x=True)

@@ -1,6 +1,7 @@
 """Trains a small character Transformer LM on Tiny Shakespeare and reports bits per character.
 
-    python -m lmfactory.models.charlm.train_tiny_shakespeare --steps 1000
+    python -m lmfactory.models.charlm.train_tiny_shakespeare \
+        --data ../shared/data/tiny_shakespeare/input.txt --steps 1000
 
 The text (1,115,394 characters) is split by position: the first 90% trains, the last 10% is
 held out. Training draws blocks of `--sequence-length` + 1 characters at random offsets of
@@ -20,14 +21,10 @@ import argparse
 import os
 import time
 
-DEFAULT_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
-                            os.pardir, "shared", "data", "tiny_shakespeare", "input.txt")
-
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=os.path.normpath(DEFAULT_DATA),
-                        help="the Tiny Shakespeare input.txt")
+    parser.add_argument("--data", required=True, help="the Tiny Shakespeare input.txt")
     parser.add_argument("--steps", type=int, default=1000, help="training steps")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--sequence-length", type=int, default=256, help="context L")
