@@ -73,11 +73,7 @@ def summarize(runs: list) -> list:
     """Per recipe and budget: mean of both models, mean gain, its s.d. over the seeds and
     the seeds that gained."""
     rows = []
-    keys = []
-    for run in runs:
-        if (run["recipe"], run["budget"]) not in keys:
-            keys.append((run["recipe"], run["budget"]))
-    for recipe_name, budget in keys:
+    for recipe_name, budget in dict.fromkeys((r["recipe"], r["budget"]) for r in runs):
         group = [r for r in runs if r["recipe"] == recipe_name and r["budget"] == budget]
         gain, sd = _mean_sd([r["gain"] for r in group])
         rows.append([recipe_name, str(budget), group[0]["metric"], len(group),
