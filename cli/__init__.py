@@ -226,13 +226,32 @@ def _few_shot(args) -> int:
         return 2
     table = few_shot.format_markdown(result)
     print(table, end="")
-    if args.markdown:
-        with open(args.markdown, "w", encoding="utf-8") as f:
-            f.write(table)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result.to_dict(), f, indent=2)
+    problem = (_write_output(args.markdown, table, "--markdown")
+               or _write_output(args.json, json.dumps(result.to_dict(), indent=2), "--json"))
+    if problem:
+        print(f"lmfactory: {problem}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _write_output(path: str | None, text: str, option: str) -> str | None:
+    """Writes ``text`` to ``path`` (an output file option) whole or not at all: a temporary
+    file beside it, renamed over it once written. Returns why it failed (a full disk named
+    as such) in one line, None when written or not asked for; a failed write leaves no file
+    behind and an existing one as it was."""
+    if not path:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    staging = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.incomplete")
+    try:
+        with open(staging, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(staging, path)
+    except OSError as error:
+        if os.path.exists(staging):
+            os.remove(staging)
+        return f"{option} {path}: {disk_full(error) or error.strerror or error}"
+    return None
 
 
 def _unwritable(path: str | None, option: str) -> str | None:
@@ -300,8 +319,19 @@ def _predict(args) -> int:
         model_dir, signatures = _loadable_signatures(args.model, args.trust_model)
         predict(model_dir, lines, signature=args.signature, settings=args.settings,
                 fields=fields, batch_size=args.batch_size, signatures=signatures)
+        sys.stdout.flush()  # a failing write surfaces here, not at the interpreter's exit
     except (PredictError, ModelPathError) as error:
         print(f"lmfactory: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader stopped early (`| head`): nothing more to say
+        try:  # what is still buffered would fail again when Python flushes it at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout without a file descriptor
+            pass
+        return 1
+    except OSError as error:  # writing the answers: a full disk, a closed stdout
+        print(f"lmfactory: writing the predictions: {disk_full(error) or _one_line(error)}",
+              file=sys.stderr)
         return 2
     return 0
 
@@ -329,9 +359,11 @@ def _evaluate(args) -> int:
         print(f"lmfactory: {_one_line(error)} (-v shows the traceback)", file=sys.stderr)
         return 2
     print(format_result(result), end="")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2, sort_keys=True, default=str)
+    problem = _write_output(args.json, json.dumps(result, indent=2, sort_keys=True,
+                                                  default=str), "--json")
+    if problem:
+        print(f"lmfactory: {problem}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -135,7 +135,7 @@ def test_relative_segment_encoding_depends_only_on_same_or_different():
     np.testing.assert_allclose(out([[3] * 6]), out([[0] * 6]), atol=1e-5)
 
 
-def _drawn(length, is_target, functional=None, seed=0):
+def _drawn(length, is_target, functional=None, seed=(0, 0)):
     token_ids = tf.constant([list(range(10, 10 + length))], tf.int32)
     functional = tf.zeros((1, length), tf.bool) if functional is None else \
         tf.constant([functional])
@@ -147,10 +147,9 @@ def _drawn(length, is_target, functional=None, seed=0):
 def test_permutation_mask_semantics(backbone):
     """§2.3: content h_z(t) sees x_z(<=t), query g_z(t) sees x_z(<t); the non-target tokens
     come first in the order, targets (the last 1/K) after them in a random order."""
-    tf.random.set_seed(5)
     is_target = [False, True, False, True, True, False, True, False]
     functional = [False] * 6 + [True, True]
-    drawn = _drawn(8, is_target, functional)
+    drawn = _drawn(8, is_target, functional, seed=(5, 0))
     mask = drawn["permutation_mask"].numpy()[0]
     ordered = np.array([t or f for t, f in zip(is_target, functional)])
     targets = np.array(is_target) & ~np.array(functional)  # functional tokens never targets
@@ -189,8 +188,7 @@ def test_query_stream_gradient(backbone):
     depends on its own token."""
     length = 8
     is_target = [False, True, False, True, True, False, True, False]
-    tf.random.set_seed(11)
-    drawn = _drawn(length, is_target)
+    drawn = _drawn(length, is_target, seed=(11, 0))
     mask = drawn["permutation_mask"]
     ranks = {i: int(length - 1 - mask.numpy()[0, i].sum()) for i in range(length)}
     ids = np.arange(10, 10 + length, dtype="int32")[None]  # distinct: one table row each

@@ -149,9 +149,10 @@ def make_dataset(file_pattern, pretraining_config: dict, batch_size: int, shuffl
         records = records.repeat()
     spec = feature_spec(pretraining_config)
     batches = records.batch(batch_size, drop_remainder=drop_remainder)
-    if pretraining_config.get("dynamic_masking"):
-        # Each batch's masks come from (seed, its index in this input): a resumed run, which
-        # skips the batches it had trained on, masks the rest as the uninterrupted run did.
+    if pretraining_config.get("dynamic_masking") or objective.draws_per_read:
+        # What each batch draws (masks, factorisation orders) comes from (seed, its index in
+        # this input): a resumed run, which skips the batches it had trained on, draws the
+        # rest as the uninterrupted run did.
         base_seed = tf.constant(0 if seed is None else int(seed), tf.int64)
 
         def parse_indexed(index, serialized):
@@ -164,7 +165,7 @@ def make_dataset(file_pattern, pretraining_config: dict, batch_size: int, shuffl
     else:
         parsed = batches.map(lambda serialized: tf.io.parse_example(serialized, spec),
                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-    to_keras = objectives.get(pretraining_config["objective"]).converter(pretraining_config)
+    to_keras = objective.converter(pretraining_config)
     return parsed.map(to_keras, num_parallel_calls=tf.data.AUTOTUNE,
                       deterministic=deterministic).prefetch(tf.data.AUTOTUNE)
 

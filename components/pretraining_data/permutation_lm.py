@@ -40,6 +40,7 @@ from typing import Iterable, Sequence
 import tensorflow as tf
 
 from lmfactory.components.pretraining_data import registry
+from lmfactory.components.pretraining_data.registry import MASK_SEED
 from lmfactory.components.pretraining_data.bert_mlm_nsp import seeded_rng
 from lmfactory.components.pretraining_data.masking import BertVocabulary, int_feature
 from lmfactory.components.pretraining_data.mlm_objective import masking_vocabulary
@@ -181,12 +182,14 @@ def permutation_inputs(token_ids, padding_mask, is_target, functional, num_predi
                        seed=None) -> dict:
     """Draws a factorisation order per row (the reference's `_local_perm`) and returns
     ``permutation_mask`` [B, T, T] (float, 1: i may not see j), ``target_mapping``
-    [B, K, T], ``target_ids`` [B, K] and ``target_weights`` [B, K]."""
+    [B, K, T], ``target_ids`` [B, K] and ``target_weights`` [B, K]. ``seed``: the stateless
+    seed (int [2]) the orders are drawn from; None draws from TensorFlow's global state."""
     real = tf.cast(padding_mask, tf.bool)
     is_target = tf.logical_and(tf.logical_and(is_target, real), tf.logical_not(functional))
     ordered = tf.logical_or(is_target, tf.logical_and(functional, real))
     # Rank in the factorisation order: non-target tokens first (-1), then a random order.
-    order = tf.random.uniform(tf.shape(token_ids), seed=seed)
+    order = (tf.random.uniform(tf.shape(token_ids)) if seed is None else
+             tf.random.stateless_uniform(tf.shape(token_ids), tf.cast(seed, tf.int64)))
     rank = tf.where(ordered, order, -tf.ones_like(order))
     at_or_after = rank[:, :, None] <= rank[:, None, :]
     after = rank[:, :, None] < rank[:, None, :]
@@ -208,7 +211,8 @@ def permutation_inputs(token_ids, padding_mask, is_target, functional, num_predi
 def converter(config: dict):
     """Parsed records -> x (`token_ids`, `padding_mask`, `segment_ids`, `permutation_mask`,
     `target_mapping`), y = target ids [B, K], sample_weight [B, K]; K =
-    ``max_predictions_per_seq``. The order is redrawn on every read."""
+    ``max_predictions_per_seq``. The order is redrawn on every read, from the batch's
+    ``MASK_SEED`` (the objective ``draws_per_read``)."""
     ids = config.get("special_token_ids", {})
     functional_ids = [int(config[f"{role}_id"]) if f"{role}_id" in config else
                       int(ids[role]) if role in ids else None for role in ("sep", "cls")]
@@ -224,7 +228,7 @@ def converter(config: dict):
         for value in functional_ids:
             functional = tf.logical_or(functional, tf.equal(token_ids, value))
         drawn = permutation_inputs(token_ids, padding_mask, features["target_weights"] > 0,
-                                   functional, num_predict)
+                                   functional, num_predict, seed=features[MASK_SEED])
         x = {"token_ids": token_ids, "padding_mask": padding_mask,
              "segment_ids": tf.cast(features["segment_ids"], tf.int32),
              "permutation_mask": drawn["permutation_mask"],
@@ -259,6 +263,7 @@ OBJECTIVE = registry.register(registry.Objective(
     feature_spec=feature_spec,
     converter=converter,
     causal=False,
+    draws_per_read=True,
     check_config=check_config,
     vocabulary_record=vocabulary_record,
     paper="Yang et al. 2019, XLNet (NeurIPS), §2.3 permutation LM with partial prediction "

@@ -33,8 +33,9 @@ LINKED_SENTENCES = "linked_sentences"
 DOCUMENT_FORMATS = (SENTENCES, STREAM, LINKED_SENTENCES)
 # The key of the vocabulary folder's path in the tokenizer config ``vocabulary_state`` gets.
 VOCABULARY_FOLDER = "vocabulary_folder"
-# The parsed-batch feature holding a dynamic-masking batch's seed: int64 [2], the reader's
-# seed and the batch's index in the input (features.make_dataset).
+# The parsed-batch feature holding a batch's stateless seed, int64 [2]: the reader's seed and
+# the batch's index in the input (features.make_dataset), for what a converter draws on each
+# read (dynamic masking's masks, a permutation LM's factorisation orders).
 MASK_SEED = "mask_seed"
 
 
@@ -102,6 +103,7 @@ class Objective:
     vocabulary_record: Callable[[Any], dict] = _records_nothing
     ordered_streams: bool = False
     window_lengths: Callable[[dict, bool], Callable] | None = None
+    draws_per_read: bool = False
     paper: str = ""
 
     def __post_init__(self):
