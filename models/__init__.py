@@ -123,18 +123,21 @@ def load_checkpoint(name: str, path):
     """
     import tensorflow as tf
 
+    from lmfactory.models import hf_utils, weights_file
+
     arch = get(name)
     kind = checkpoint_format(path)
     if kind != "lmfactory":
         return arch.converter(kind)(os.fspath(path))
-    with tf.io.gfile.GFile(_join(path, CHECKPOINT_CONFIG), "r") as f:
-        config = json.load(f)
+    config_path = _join(path, CHECKPOINT_CONFIG)
+    with tf.io.gfile.GFile(config_path, "r") as f:
+        config = hf_utils.json_object(f.read(), config_path)
     if config.get("architecture") != name:
         raise ValueError(f"{path!r} holds a {config.get('architecture')!r} checkpoint, "
                          f"not {name!r}")
-    backbone = arch.backbone_cls.from_config(config["config"])
-    backbone.load_weights(_join(path, CHECKPOINT_WEIGHTS))
-    return backbone
+    # The sizes and the stored arrays are checked before Keras builds and casts them.
+    return weights_file.load_backbone(arch.backbone_cls, config.get("config"),
+                                      _join(path, CHECKPOINT_WEIGHTS), config_path)
 
 
 __all__ = [

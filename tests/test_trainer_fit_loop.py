@@ -88,6 +88,37 @@ def test_trains_exactly_the_steps_asked_also_after_a_resume(tmp_path, steps, eve
     assert not (tmp_path / "resumed").exists()  # the backup is removed at the end
 
 
+def test_a_half_written_checkpoint_metadata_resumes_from_the_checkpoint_before_it(tmp_path,
+                                                                                 caplog):
+    """A kill while Keras writes training_metadata.json leaves it half-written beside the
+    next interval's weights: the run resumes from the previous pair Keras keeps (.bkp), and
+    without one starts over; either way it ends exactly where an uninterrupted run does."""
+    caplog.set_level(logging.INFO)
+    backup = tmp_path / "b"
+    with pytest.raises(KeyboardInterrupt):  # killed after the checkpoints of steps 2 and 4
+        _fit(backup, 8, 2, extra=[_Interrupt(2)])
+    metadata = backup / fit_loop.BACKUP_METADATA
+    assert fit_loop.checkpointed_epochs(str(backup)) == 2
+    metadata.write_text('{"epoch": ')  # the kill came while it was written
+    model, _, _ = _fit(backup, 8, 2)
+    assert "resuming from the checkpoint before it" in caplog.text
+    assert "at step 2 of 8" in caplog.text
+    assert model.get_weights()[0][0, 0] == pytest.approx(_w(8), rel=1e-5)
+
+    with pytest.raises(KeyboardInterrupt):
+        _fit(backup, 8, 2, extra=[_Interrupt(1)])
+    metadata.write_text("")
+    for name in (fit_loop.BACKUP_METADATA, fit_loop.BACKUP_WEIGHTS):
+        previous = backup / (name + fit_loop.PREVIOUS_SUFFIX)
+        if previous.exists():
+            previous.unlink()
+    caplog.clear()
+    model, _, _ = _fit(backup, 8, 2)
+    assert "training starts over" in caplog.text and "Resuming" not in caplog.text
+    assert int(model.optimizer.iterations) == 8
+    assert model.get_weights()[0][0, 0] == pytest.approx(_w(8), rel=1e-5)
+
+
 def test_keep_best_exports_the_best_validation_checkpoint_across_a_resume(tmp_path):
     with pytest.raises(KeyboardInterrupt):  # killed after the checkpoint of step 10
         _fit(tmp_path / "b", 20, 2, keep="best", extra=[_Interrupt(5)])

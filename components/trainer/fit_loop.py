@@ -38,6 +38,8 @@ from lmfactory.components.trainer.progress import ProgressLogger
 from lmfactory.components.trainer.strategy import is_chief, private_copy, worker_role
 
 BACKUP_METADATA = "training_metadata.json"  # written by keras.callbacks.BackupAndRestore
+BACKUP_WEIGHTS = "latest.weights.h5"  # its weights, and both files' previous copies:
+PREVIOUS_SUFFIX = ".bkp"  # it copies them to ``<name>.bkp`` before writing new ones
 CURVE_STATE = "training_curve.json"
 
 
@@ -64,17 +66,51 @@ def checkpoint_intervals(total_steps: int, steps_per_checkpoint: int) -> tuple[i
     return math.ceil(total_steps / steps_per_epoch), steps_per_epoch
 
 
+def _read_epoch(path: str) -> int | None:
+    """The ``epoch`` of a backup metadata file; None when it does not parse."""
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return int(json.load(f)["epoch"])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def repair_backup(backup_dir: str) -> None:
+    """Puts a backup whose metadata does not parse back to the checkpoint before it.
+
+    ``BackupAndRestore`` (with ``double_checkpoint``) copies the weights and the metadata to
+    ``.bkp`` before writing new ones, and writes the metadata last: a run killed while
+    writing it leaves a half-written ``training_metadata.json`` beside the next interval's
+    weights. Keras falls back to the ``.bkp`` pair when the weights do not load, but reads
+    the metadata with ``json.loads`` and stops on a half-written file. This makes the same
+    fall-back for the metadata; with no previous pair the backup's metadata and weights are
+    removed and the training starts over."""
+    path = os.path.join(backup_dir, BACKUP_METADATA)
+    if not tf.io.gfile.exists(path) or _read_epoch(path) is not None:
+        return
+    weights = os.path.join(backup_dir, BACKUP_WEIGHTS)
+    previous = (path + PREVIOUS_SUFFIX, weights + PREVIOUS_SUFFIX)
+    if all(tf.io.gfile.exists(name) for name in previous) and \
+            _read_epoch(previous[0]) is not None:
+        logging.warning("The checkpoint metadata %s is unreadable (a run killed while "
+                        "writing it); resuming from the checkpoint before it", path)
+        tf.io.gfile.copy(previous[1], weights, overwrite=True)
+        tf.io.gfile.copy(previous[0], path, overwrite=True)
+        return
+    logging.warning("The checkpoint metadata %s is unreadable and no earlier checkpoint is "
+                    "kept; training starts over", path)
+    for name in (path, weights):
+        if tf.io.gfile.exists(name):
+            tf.io.gfile.remove(name)
+
+
 def checkpointed_epochs(backup_dir: str) -> int:
     """How many checkpoint intervals ("epochs") the backup in ``backup_dir`` has finished
     (Keras ``BackupAndRestore``'s ``training_metadata.json``); 0 without a backup."""
     path = os.path.join(backup_dir, BACKUP_METADATA)
     if not tf.io.gfile.exists(path):
         return 0
-    try:
-        with tf.io.gfile.GFile(path) as f:
-            return int(json.load(f).get("epoch", 0))
-    except (ValueError, TypeError, AttributeError):  # a half-written file: Keras starts over
-        return 0
+    return _read_epoch(path) or 0  # unreadable: `repair_backup` runs before the fit reads it
 
 
 def resume_input(train_data, backup_dir: str, steps_per_epoch: int, total_steps: int):
@@ -135,6 +171,7 @@ def build_optimizer(task_model) -> None:
 def _fit(task_model, train_data, eval_data, settings, backup_dir, log_dir, extra) -> tuple:
     total = settings.total_steps
     epochs, steps_per_epoch = checkpoint_intervals(total, settings.steps_per_checkpoint)
+    repair_backup(backup_dir)
     train_data = resume_input(train_data, backup_dir, steps_per_epoch, total)
     # The curve is saved beside the checkpoint (before it at each epoch end), so a resumed
     # run continues it.
@@ -150,7 +187,9 @@ def _fit(task_model, train_data, eval_data, settings, backup_dir, log_dir, extra
         *([best] if best else []),  # loads the best weights at train end, before the backup
         curve,                      # goes
         random_state.RandomStateBackup(backup_dir),  # before the checkpoint it belongs to
-        keras.callbacks.BackupAndRestore(backup_dir),
+        # double_checkpoint: the previous checkpoint is kept beside the last one, for a kill
+        # while the last one was written (`repair_backup`; Keras itself for the weights).
+        keras.callbacks.BackupAndRestore(backup_dir, double_checkpoint=True),
         *([keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch")]
           if log_dir else []),
         *extra,

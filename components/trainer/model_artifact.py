@@ -19,6 +19,7 @@ import keras
 import tensorflow as tf
 
 from lmfactory import models
+from lmfactory.models import weights_file
 from lmfactory.components.trainer.precision import stage_backbone_config
 from lmfactory.components.trainer.serving import SERVING_DIR
 
@@ -51,9 +52,9 @@ def load_model_backbone(model_path: str):
     trained in (`stage_backbone_config`)."""
     model_config = read_model_config(model_path)
     arch = models.get(model_config["architecture"])
-    backbone = arch.backbone_cls.from_config(
-        stage_backbone_config(model_config["backbone_config"]))
-    backbone.load_weights(os.path.join(keras_dir_of(model_path), BACKBONE_WEIGHTS))
+    backbone = weights_file.load_backbone(
+        arch.backbone_cls, stage_backbone_config(model_config["backbone_config"]),
+        os.path.join(keras_dir_of(model_path), BACKBONE_WEIGHTS), model_path)
     return backbone, model_config
 
 
