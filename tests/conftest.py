@@ -11,11 +11,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def _share_the_cores_between_workers() -> None:
     """Each TensorFlow process sizes its intra-op and inter-op pools (and oneDNN its OpenMP
-    pool) to every core of the machine; with one pytest-xdist worker per core, the workers'
-    pools oversubscribe the cores and their threads spin against each other (two DAG test
-    files ran 11% faster on 2 cores with one thread each, the whole suite 3% faster on the
-    same day). Each worker, and every process it starts (Beam workers, the C API loader,
-    command lines), gets its share of the cores; what the environment sets is kept."""
+    pool) to every core of the machine; with as many pytest-xdist workers as cores or more,
+    the workers' pools oversubscribe the cores and their threads spin against each other
+    (two DAG test files ran 11% faster on 2 cores with one thread each, the whole suite 3%
+    faster on the same day). Each worker, and every process it starts (Beam workers, the C
+    API loader, command lines), gets its share of the cores, at least one thread; what the
+    environment sets is kept."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers < 1:
         return
