@@ -30,13 +30,17 @@ def _copy(tmp_path, change=None, config_change=None):
     return folder, name
 
 
-@pytest.mark.parametrize("change, message", [
+# A weight array changed into what must be refused, and the refusal's words.
+WRONG_KINDS = [
     (lambda w: w.astype(np.int8), "is int8, where a floating-point weight is expected"),
     (lambda w: w > 0, "is bool, where a floating-point weight is expected"),
     (lambda w: np.where(np.arange(w.size).reshape(w.shape) == 3, 1e300, w).astype(np.float64),
      "non-finite values"),
     (lambda w: np.where(np.arange(w.size).reshape(w.shape) == 3, np.nan, w), "non-finite"),
-])
+]
+
+
+@pytest.mark.parametrize("change, message", WRONG_KINDS)
 def test_a_weight_of_the_wrong_kind_is_refused_naming_it(tmp_path, change, message):
     folder, name = _copy(tmp_path, change)
     with pytest.raises(ValueError, match=message) as error:
@@ -90,13 +94,7 @@ def _own_checkpoint(tmp_path, change=None, config_change=None):
     return folder, name
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda w: w.astype(np.int8), "is int8, where a floating-point weight is expected"),
-    (lambda w: w > 0, "is bool, where a floating-point weight is expected"),
-    (lambda w: np.where(np.arange(w.size).reshape(w.shape) == 3, 1e300, w).astype(np.float64),
-     "non-finite values"),
-    (lambda w: np.where(np.arange(w.size).reshape(w.shape) == 3, np.nan, w), "non-finite"),
-])
+@pytest.mark.parametrize("change, message", WRONG_KINDS)
 def test_own_format_weight_of_the_wrong_kind_is_refused_naming_it(tmp_path, change, message):
     folder, name = _own_checkpoint(tmp_path, change)
     with pytest.raises(ValueError, match=message) as error:

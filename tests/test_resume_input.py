@@ -123,44 +123,37 @@ def seq2seq_vocab(tmp_path_factory) -> str:
 # builds it (the preprocessor too).
 
 
-def _classification(folder, vocab: dict):
+def _sentence_task(pattern: str, task: dict, vocab: dict):
+    """``build()`` of a classification-style task (classification, regression): what
+    `task_data.make_classification_dataset` gives for its records at ``pattern``."""
     from lmfactory.components.trainer import task_data
     from lmfactory.models.classifier_preprocessor import classifier_preprocessor
 
-    rows = [{"sentence1": SENTENCES[i], "sentence2": SENTENCES[i + 1], "label": i % 3}
-            for i in range(RECORDS)]
-    pattern = _write(folder, "classification", rows)
-    task = {"kind": "classification", "text_features": ["sentence1", "sentence2"],
-            "num_classes": 3}
-
     def build():
-        preprocessor = classifier_preprocessor(vocab["bert"], "bert", SEQUENCE_LENGTH,
-                                               num_text_features=2)
+        preprocessor = classifier_preprocessor(
+            vocab["bert"], "bert", SEQUENCE_LENGTH,
+            num_text_features=len(task["text_features"]))
         return task_data.make_classification_dataset(
             pattern, shuffle=True, repeat=True, preprocessor=preprocessor,
             text_features=task["text_features"], batch_size=BATCH, seed=SEED,
             label_reader=task_data.LabelReader.for_task(task))
 
     return build
+
+
+def _classification(folder, vocab: dict):
+    rows = [{"sentence1": SENTENCES[i], "sentence2": SENTENCES[i + 1], "label": i % 3}
+            for i in range(RECORDS)]
+    return _sentence_task(_write(folder, "classification", rows), {
+        "kind": "classification", "text_features": ["sentence1", "sentence2"],
+        "num_classes": 3}, vocab)
 
 
 def _regression(folder, vocab: dict):
-    from lmfactory.components.trainer import task_data
-    from lmfactory.models.classifier_preprocessor import classifier_preprocessor
-
     rows = [{"sentence": SENTENCES[i], "score": 0.5 + i} for i in range(RECORDS)]
-    pattern = _write(folder, "regression", rows)
-    task = {"kind": "regression", "text_features": ["sentence"], "num_classes": 1,
-            "label_feature": "score"}
-
-    def build():
-        preprocessor = classifier_preprocessor(vocab["bert"], "bert", SEQUENCE_LENGTH)
-        return task_data.make_classification_dataset(
-            pattern, shuffle=True, repeat=True, preprocessor=preprocessor,
-            text_features=task["text_features"], batch_size=BATCH, seed=SEED,
-            label_reader=task_data.LabelReader.for_task(task))
-
-    return build
+    return _sentence_task(_write(folder, "regression", rows), {
+        "kind": "regression", "text_features": ["sentence"], "num_classes": 1,
+        "label_feature": "score"}, vocab)
 
 
 def _relation_classification(folder, vocab: dict):
