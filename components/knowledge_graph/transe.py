@@ -246,6 +246,10 @@ def train_transe(graph, embedding: Mapping, epochs: int | None = None,
     settings = {**DEFAULT_EMBEDDING, **dict(embedding)}
     if settings["method"] != "transe":
         raise ValueError(f"embedding method must be transe, got {settings['method']!r}")
+    # The stage seeds every generator itself, as the Trainer stages do: its embeddings do not
+    # depend on what ran before it in the process (a re-run whose earlier stages are cached
+    # trains the same ones).
+    keras.utils.set_random_seed(int(settings["seed"]))
     train = np.asarray(graph.splits["train"], np.int32)
     if not len(train):
         raise ValueError("TransE needs training triples; the graph's train split is empty")
