@@ -17,6 +17,7 @@ and the Google libraries' own log lines and warnings, hidden by default.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -324,10 +325,10 @@ def _predict(args) -> int:
         print(f"lmfactory: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader stopped early (`| head`): nothing more to say
-        try:  # what is still buffered would fail again when Python flushes it at exit
+        # What is still buffered would fail again when Python flushes it at exit; a stdout
+        # without a file descriptor (OSError, ValueError) has nothing to redirect.
+        with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):  # a stdout without a file descriptor
-            pass
         return 1
     except OSError as error:  # writing the answers: a full disk, a closed stdout
         print(f"lmfactory: writing the predictions: {disk_full(error) or _one_line(error)}",

@@ -54,9 +54,10 @@ def check_weights_file(path: str, model) -> None:
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(f"No weights file at {path}")
     expected_other = sum(1 for weight in model.weights if "float" not in str(weight.dtype))
-    with tf.io.gfile.GFile(path, "rb") as f:
-        data = f.read() if "://" in path else None
-    source = io.BytesIO(data) if data is not None else path
+    source = path
+    if "://" in path:  # h5py reads local files only; a remote file is read into memory
+        with tf.io.gfile.GFile(path, "rb") as f:
+            source = io.BytesIO(f.read())
     try:
         handle = h5py.File(source, "r")
     except OSError as error:

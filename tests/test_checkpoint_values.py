@@ -40,9 +40,12 @@ WRONG_KINDS = [
 ]
 
 
+@pytest.mark.parametrize("checkpoint_format", ["huggingface", "lmfactory"])
 @pytest.mark.parametrize("change, message", WRONG_KINDS)
-def test_a_weight_of_the_wrong_kind_is_refused_naming_it(tmp_path, change, message):
-    folder, name = _copy(tmp_path, change)
+def test_a_weight_of_the_wrong_kind_is_refused_naming_it(tmp_path, change, message,
+                                                         checkpoint_format):
+    write = _copy if checkpoint_format == "huggingface" else _own_checkpoint
+    folder, name = write(tmp_path, change)
     with pytest.raises(ValueError, match=message) as error:
         models.load_checkpoint("bert", folder)
     assert name in str(error.value) and "\n" not in str(error.value)
@@ -92,14 +95,6 @@ def _own_checkpoint(tmp_path, change=None, config_change=None):
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps(config_change(config)))
     return folder, name
-
-
-@pytest.mark.parametrize("change, message", WRONG_KINDS)
-def test_own_format_weight_of_the_wrong_kind_is_refused_naming_it(tmp_path, change, message):
-    folder, name = _own_checkpoint(tmp_path, change)
-    with pytest.raises(ValueError, match=message) as error:
-        models.load_checkpoint("bert", folder)
-    assert name in str(error.value) and "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize("config_change, message", [

@@ -27,6 +27,7 @@ from synthetic_records import write_pretraining_records
 from lmfactory.components import tasks
 from lmfactory.components.pretraining_data import features as pretraining_features
 from lmfactory.components.pretraining_data import objectives
+from lmfactory.components.pusher import model_guard
 from lmfactory.components.trainer import fit_loop
 
 SEED = 17  # the recipe's seed: run_fn seeds everything with it, the input's shuffle too
@@ -373,34 +374,15 @@ _STATEFUL_RANDOM_OP = re.compile(
     r"Stateful(?!PartitionedCall)|RngReadAndSkip|RngSkip)")
 
 
-def _called_functions(node) -> list:
-    names = []
-    for value in node.attr.values():
-        if value.func.name:
-            names.append(value.func.name)
-        names.extend(function.name for function in value.list.func)
-    return names
-
-
 def _random_ops_in_parallel_functions(dataset) -> list:
     """The stateful random ops of every function a parallel tf.data transformation of
     ``dataset`` runs (its own function and those it calls), read from the dataset's graph
     (tf.data's ``_as_serialized_graph``, what its checkpoints and tf.data service use)."""
     graph = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph().numpy())
-    functions = {function.signature.name: function for function in graph.library.function}
-    pending = [name for node in graph.node if node.op.startswith("Parallel")
-               for name in _called_functions(node)]
-    seen, found = set(), []
-    while pending:
-        name = pending.pop()
-        if name in seen or name not in functions:
-            continue
-        seen.add(name)
-        for node in functions[name].node_def:
-            if _STATEFUL_RANDOM_OP.match(node.op):
-                found.append(f"{node.op} ({node.name}) in {name}")
-            pending.extend(_called_functions(node))
-    return sorted(found)
+    parallel = [name for node in graph.node if node.op.startswith("Parallel")
+                for name in model_guard.functions_called(node)]
+    return sorted(f"{node.op} ({node.name})" for node in model_guard.function_nodes(
+        graph, parallel) if _STATEFUL_RANDOM_OP.match(node.op))
 
 
 def _batches(dataset, count: int) -> list:

@@ -66,7 +66,7 @@ class UntrustedModelError(ValueError):
     """The SavedModel holds ops that reach outside the process; the message names them."""
 
 
-def _functions_called(node) -> list[str]:
+def functions_called(node) -> list[str]:
     """The names of the functions a node calls (``f``, branches, loop bodies: any attr
     holding a function or a list of them)."""
     names = []
@@ -77,11 +77,26 @@ def _functions_called(node) -> list[str]:
     return names
 
 
+def function_nodes(graph_def, names: list[str]) -> list:
+    """Every node of the functions ``names`` of ``graph_def``'s library and of every
+    function they call, transitively."""
+    library = {function.signature.name: function for function in graph_def.library.function}
+    pending, called, reached = list(names), set(), []
+    while pending:
+        name = pending.pop()
+        if name in called or name not in library:
+            continue
+        called.add(name)
+        for node in library[name].node_def:
+            reached.append(node)
+            pending.extend(functions_called(node))
+    return reached
+
+
 def _reachable_nodes(graph_def, outputs: list[str]):
     """The nodes that running ``outputs`` (tensor or node names of the top-level graph) can
     run: their inputs, transitively, and every node of every function they call."""
     nodes = {node.name: node for node in graph_def.node}
-    library = {function.signature.name: function for function in graph_def.library.function}
     stack = [name.lstrip("^").split(":")[0] for name in outputs]
     seen, functions, reached = set(), [], []
     while stack:
@@ -92,17 +107,8 @@ def _reachable_nodes(graph_def, outputs: list[str]):
         node = nodes[name]
         reached.append(node)
         stack.extend(i.lstrip("^").split(":")[0] for i in node.input)
-        functions.extend(_functions_called(node))
-    called = set()
-    while functions:
-        name = functions.pop()
-        if name in called or name not in library:
-            continue
-        called.add(name)
-        for node in library[name].node_def:
-            reached.append(node)
-            functions.extend(_functions_called(node))
-    return reached
+        functions.extend(functions_called(node))
+    return reached + function_nodes(graph_def, functions)
 
 
 def _served_outputs(meta_graph) -> list[str]:
@@ -150,4 +156,4 @@ def check_trusted(export_dir: str) -> None:
 
 
 __all__ = ["INIT_OP_KEYS", "OUTSIDE_OPS", "OUTSIDE_OPS_BY_KIND", "UntrustedModelError",
-           "check_trusted", "describe", "outside_ops"]
+           "check_trusted", "describe", "function_nodes", "functions_called", "outside_ops"]
