@@ -112,6 +112,7 @@ def kill_resume_and_compare(folder: Path, stage: dict, kill_after_epoch: int, ep
     (in the artifact's keras/ folder: the task model, or ``backbone.weights.h5``) equals the
     uninterrupted run's (1e-6). Returns the resumed run's output and the epoch it saved."""
     metadata = Path(stage["custom_config"]["checkpoint_dir"]) / "training_metadata.json"
+    folder.mkdir(parents=True, exist_ok=True)
     first = forked_tasks.Forked([sys.executable, RUN_FN_CHECK, json.dumps(stage)],
                                 folder / "first.log")
     deadline = time.time() + 300

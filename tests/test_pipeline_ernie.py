@@ -7,14 +7,18 @@ marks, links and classifies raw (text, head, tail) strings. (One DAG run serves 
 GLUE-style classification path, which relation classification packs through ERNIE's
 classification preprocessor and [CLS] head, and the relation task.)"""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (ops used by the serving graph)
 
+import resume_runs
 from dag_helpers import TINY_TRAINING, small_corpus
 from lmfactory.components.knowledge_graph import relation_data
-from lmfactory.pipelines import runners
+from lmfactory.pipelines import pipeline, runners
 from lmfactory.recipe import load_recipe
 
 KG = "../shared/data/kg/FB15k-237"
@@ -65,7 +69,6 @@ def test_ernie_links_pretrains_fine_tunes_and_pushes(tmp_path, demo_data, shared
         assert tf.io.gfile.exists(f"{root}/{component}"), component
 
     # The pretraining records carry §3.4's dEA corruption of real alignments.
-    import json
     (config_path,) = tf.io.gfile.glob(f"{root}/PretrainingExampleGen/pretraining_examples/*/"
                                       "pretraining_config.json")
     counts = json.loads(tf.io.gfile.GFile(config_path).read())["counts"]["train"]
@@ -91,3 +94,27 @@ def test_ernie_links_pretrains_fine_tunes_and_pushes(tmp_path, demo_data, shared
     mask = packed["entity_mask"].numpy()
     assert mask[0].sum() >= 2 and mask[3].sum() >= 1
     assert np.all(packed["entity_ids"].numpy()[mask == 0] == 0)
+
+    _knowledge_trainer_resumes_exactly(recipe, root, tmp_path / "resume")
+
+
+def _knowledge_trainer_resumes_exactly(recipe: dict, root: str, folder: Path) -> None:
+    """The KnowledgeTrainer (the Pretrainer fed the graph and its TransE embeddings), run
+    again on the DAG's own inputs with the DAG's own settings, killed with SIGKILL after a
+    checkpoint and re-run, ends with the task model of a run never killed
+    (tests/resume_runs.py)."""
+    (trainer,) = [component for component in pipeline.create_components(recipe, str(folder))
+                  if component.id == "Pretrainer"]
+    custom_config = trainer.exec_properties["custom_config"]
+    if isinstance(custom_config, str):
+        custom_config = json.loads(custom_config)
+    (examples,) = tf.io.gfile.glob(f"{root}/PretrainingExampleGen/pretraining_examples/*")
+    for key, pattern in (("kg_embeddings", "*/kg_embeddings/*"),
+                         ("knowledge_graph", "*/knowledge_graph/*")):
+        (custom_config[key],) = tf.io.gfile.glob(f"{root}/{pattern}")
+    stage = resume_runs.spec(folder / "killed", Path(examples), 30, {
+        **custom_config, "steps_per_checkpoint": 5, "export_serving": False})
+    output, saved_epoch = resume_runs.kill_resume_and_compare(folder, stage,
+                                                              kill_after_epoch=2, epochs=6)
+    assert "Initialised ErniePretrainer from the knowledge-graph embeddings" in output
+    assert f"at step {saved_epoch * 5} of 30" in output

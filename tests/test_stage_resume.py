@@ -4,7 +4,8 @@ tagging and span-QA fine-tunings (their heads, inputs and dropout), ULMFiT's tar
 fine-tuning (a base model, ordered streams with a carried LSTM state, variable BPTT lengths,
 discriminative rates and the slanted triangular schedule) and the Distiller (a DistilBERT
 student taught by a teacher Model artifact, on dynamically masked records). Pretraining and
-the classifier's fine-tuning are in tests/test_trainer_resume.py.
+the classifier's fine-tuning are in tests/test_trainer_resume.py, the KnowledgeTrainer in
+tests/test_pipeline_ernie.py (on its DAG's own graph, embeddings and records).
 
 Each stage is tiny and short: 40 steps, a checkpoint every 5, killed after the second; no
 serving export (the Model artifact's keras/ folder is what is compared)."""
