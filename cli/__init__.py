@@ -287,7 +287,8 @@ def _loadable_signatures(model: str, trusted: bool = False):
         except PredictError as error:
             if index == len(candidates) - 1:
                 raise
-            print(f"lmfactory: {error}; trying the version before it", file=sys.stderr)
+            print(f"lmfactory: {error}; trying the version before it, "
+                  f"{candidates[index + 1]}", file=sys.stderr)
     raise AssertionError("saved_model_dirs gives at least one folder")
 
 

@@ -32,6 +32,7 @@ without its trailing padding; floats rounded to 6 decimals).
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 
@@ -263,6 +264,9 @@ def load_signatures(model_dir: str):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModels use)
 
+    problem = _graph_file_problem(model_dir)
+    if problem:
+        raise PredictError(f"the SavedModel {model_dir} does not load: {problem}")
     try:
         return tf.saved_model.load(model_dir).signatures
     except Exception as error:  # noqa: BLE001  (TF raises many kinds; each is one line here)
@@ -270,6 +274,32 @@ def load_signatures(model_dir: str):
         reason = lines[0][:300] if lines else type(error).__name__
         raise PredictError(f"the SavedModel {model_dir} does not load: "
                            f"{type(error).__name__}: {reason}") from None
+
+
+def _graph_file_problem(model_dir: str) -> str | None:
+    """What is wrong with ``saved_model.pb`` when it holds no graph at all (an empty file, or
+    bytes that parse as a SavedModel without a MetaGraph): TensorFlow's own message then
+    speaks of missing tag-sets, which misleads. None when it holds one (or when it does not
+    parse: TensorFlow's message says so)."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = os.path.join(model_dir, "saved_model.pb")
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path, "rb") as f:
+        data = f.read()
+    if not data:
+        return "its saved_model.pb is empty (0 bytes)"
+    graph_file = saved_model_pb2.SavedModel()
+    try:
+        graph_file.ParseFromString(data)
+    except Exception:  # noqa: BLE001  (garbage: TensorFlow's message names the parse error)
+        return None
+    if not graph_file.meta_graphs:
+        return (f"its saved_model.pb ({len(data):,} bytes) holds no graph: truncated, or not "
+                f"a SavedModel")
+    return None
 
 
 def predict(model_dir: str, lines: list[str], signature: str | None = None,
