@@ -9,6 +9,7 @@ even steps, then rises: overfitting with a known best checkpoint.
 """
 
 import logging
+import time
 from pathlib import Path
 
 import keras
@@ -116,6 +117,40 @@ def test_a_half_written_checkpoint_metadata_resumes_from_the_checkpoint_before_i
     model, _, _ = _fit(backup, 8, 2)
     assert "training starts over" in caplog.text and "Resuming" not in caplog.text
     assert int(model.optimizer.iterations) == 8
+    assert model.get_weights()[0][0, 0] == pytest.approx(_w(8), rel=1e-5)
+
+
+def test_weights_written_without_their_metadata_resume_from_the_checkpoint_before(tmp_path,
+                                                                              caplog):
+    """A kill after Keras wrote an interval's weights but before it wrote their metadata
+    leaves newer weights beside the previous interval's step (after the first interval,
+    beside no metadata at all): the run resumes from the previous pair, or starts over,
+    and ends exactly where an uninterrupted run does."""
+    import shutil
+
+    caplog.set_level(logging.INFO)
+    backup, ahead = tmp_path / "b", tmp_path / "ahead"
+    with pytest.raises(KeyboardInterrupt):  # the checkpoints of steps 2 and 4
+        _fit(backup, 8, 2, extra=[_Interrupt(2)])
+    with pytest.raises(KeyboardInterrupt):  # the weights of step 6
+        _fit(ahead, 8, 2, extra=[_Interrupt(3)])
+    # The next checkpoint as Keras writes it, killed before the metadata: the pair copied to
+    # .bkp, then the weights of step 6.
+    for name in (fit_loop.BACKUP_WEIGHTS, fit_loop.BACKUP_METADATA):
+        shutil.copy(backup / name, backup / (name + fit_loop.PREVIOUS_SUFFIX))
+    time.sleep(0.01)
+    shutil.copy(ahead / fit_loop.BACKUP_WEIGHTS, backup / fit_loop.BACKUP_WEIGHTS)
+    model, _, _ = _fit(backup, 8, 2)
+    assert "older than the weights" in caplog.text and "at step 4 of 8" in caplog.text
+    assert model.get_weights()[0][0, 0] == pytest.approx(_w(8), rel=1e-5)
+
+    # Killed between the first interval's weights and its metadata: no step to resume at.
+    caplog.clear()
+    first = tmp_path / "first"
+    first.mkdir()
+    shutil.copy(ahead / fit_loop.BACKUP_WEIGHTS, first / fit_loop.BACKUP_WEIGHTS)
+    model, _, _ = _fit(first, 8, 2)
+    assert "is missing beside its weights" in caplog.text and "Resuming" not in caplog.text
     assert model.get_weights()[0][0, 0] == pytest.approx(_w(8), rel=1e-5)
 
 

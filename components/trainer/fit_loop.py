@@ -75,30 +75,55 @@ def _read_epoch(path: str) -> int | None:
         return None
 
 
+def _modified_ns(path: str) -> int:
+    """A file's modification time in ns: the file system's own for a local file
+    (``tf.io.gfile.stat`` rounds local times to whole seconds), the store's for a remote
+    one."""
+    if "://" in path:
+        return tf.io.gfile.stat(path).mtime_nsec
+    return os.stat(path).st_mtime_ns
+
+
+def _modified_after(path: str, other: str) -> bool:
+    return _modified_ns(path) > _modified_ns(other)
+
+
 def repair_backup(backup_dir: str) -> None:
-    """Puts a backup whose metadata does not parse back to the checkpoint before it.
+    """Puts a backup whose weights and metadata do not belong together back to the checkpoint
+    before it.
 
     ``BackupAndRestore`` (with ``double_checkpoint``) copies the weights and the metadata to
-    ``.bkp`` before writing new ones, and writes the metadata last: a run killed while
-    writing it leaves a half-written ``training_metadata.json`` beside the next interval's
-    weights. Keras falls back to the ``.bkp`` pair when the weights do not load, but reads
-    the metadata with ``json.loads`` and stops on a half-written file. This makes the same
-    fall-back for the metadata; with no previous pair the backup's metadata and weights are
-    removed and the training starts over."""
+    ``.bkp``, then writes the new weights, then the new metadata. A run killed after the
+    weights leaves the next interval's weights beside the metadata of the interval before
+    (older than the weights), or beside a half-written metadata file; killed after the
+    first interval's weights, beside none. Keras falls back to the ``.bkp`` pair only when
+    the weights do not load: it would resume the newer weights at the older step (or at step
+    0), and it stops on a half-written metadata file. This restores the ``.bkp`` pair in
+    those cases; with no previous pair the backup's metadata and weights are removed and the
+    training starts over."""
     path = os.path.join(backup_dir, BACKUP_METADATA)
-    if not tf.io.gfile.exists(path) or _read_epoch(path) is not None:
-        return
     weights = os.path.join(backup_dir, BACKUP_WEIGHTS)
+    if not tf.io.gfile.exists(path):
+        problem = "is missing beside its weights" if tf.io.gfile.exists(weights) else None
+    elif _read_epoch(path) is None:
+        problem = "is unreadable (a run killed while writing it)"
+    elif tf.io.gfile.exists(weights) and _modified_after(weights, path):
+        problem = ("is older than the weights beside it (a run killed after writing the "
+                   "weights)")
+    else:
+        problem = None
+    if problem is None:
+        return
     previous = (path + PREVIOUS_SUFFIX, weights + PREVIOUS_SUFFIX)
     if all(tf.io.gfile.exists(name) for name in previous) and \
             _read_epoch(previous[0]) is not None:
-        logging.warning("The checkpoint metadata %s is unreadable (a run killed while "
-                        "writing it); resuming from the checkpoint before it", path)
+        logging.warning("The checkpoint metadata %s %s; resuming from the checkpoint before "
+                        "it", path, problem)
         tf.io.gfile.copy(previous[1], weights, overwrite=True)
         tf.io.gfile.copy(previous[0], path, overwrite=True)
         return
-    logging.warning("The checkpoint metadata %s is unreadable and no earlier checkpoint is "
-                    "kept; training starts over", path)
+    logging.warning("The checkpoint metadata %s %s and no earlier checkpoint is kept; "
+                    "training starts over", path, problem)
     for name in (path, weights):
         if tf.io.gfile.exists(name):
             tf.io.gfile.remove(name)
