@@ -12,14 +12,12 @@ import pytest
 import tensorflow as tf
 from tfx.components.trainer.fn_args_utils import FnArgs
 
-from lmfactory.components.example_gen import ingest
+import resume_runs
 from lmfactory.components.pretraining_data.executor import generate_pretraining_examples
 from lmfactory.components.trainer.model_artifact import load_model_backbone
 from lmfactory.components.trainer.run_fn import run_fn
-from lmfactory.models.tokenizers import write_tokenizer_config
 from lmfactory.recipe import RecipeError, load_recipe
 
-RESERVED = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 STEPS = 20
 
 
@@ -29,23 +27,15 @@ def runs(tmp_path_factory, demo_data):
     tmp = tmp_path_factory.mktemp("precision")
     documents = (demo_data / "corpus.txt").read_text(encoding="utf-8").split("\n\n")[:60]
     (tmp / "corpus.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
-    raw = tmp / "raw"
-    ingest({"format": "text", "path": str(tmp / "corpus.txt"), "eval_fraction": 0.1}, str(raw),
-           ["--direct_running_mode=in_memory"])
-    words = sorted({w.lower() for doc in documents for w in doc.split()})[:800]
-    vocab = tmp / "vocab"
-    vocab.mkdir()
-    (vocab / "vocab.txt").write_text("\n".join(RESERVED + words) + "\n", encoding="utf-8")
-    write_tokenizer_config(str(vocab), {
-        "kind": "wordpiece", "vocabulary_file": "vocab.txt", "lowercase": True,
-        "strip_accents": True, "special_tokens": dict(zip(
-            ["pad", "unk", "cls", "sep", "mask"], RESERVED))})
+    raw = resume_runs.ingest_task(
+        {"format": "text", "path": str(tmp / "corpus.txt"), "eval_fraction": 0.1}, tmp / "raw")
+    vocab = resume_runs.word_vocabulary(tmp / "vocab", documents, size=800)
     examples = tmp / "examples"
     generate_pretraining_examples(
         {"train": str(raw / "Split-train"), "eval": str(raw / "Split-eval")}, str(vocab),
         str(examples), {"objective": "bert_mlm_nsp", "max_seq_length": 32, "dupe_factor": 1,
                         "max_predictions_per_seq": 5},
-        beam_pipeline_args=["--direct_running_mode=in_memory"])
+        beam_pipeline_args=resume_runs.IN_MEMORY)
     models = {}
     for precision in ("float32", "mixed_bfloat16"):
         run = tmp / precision
