@@ -86,8 +86,8 @@ def main(argv=None) -> dict:
     from lmfactory.components.example_gen.multiple_choice import read_commonsenseqa
     from lmfactory.components.knowledge_graph import transe
     from lmfactory.components.knowledge_graph.graph import build_graph
-    from lmfactory.components.trainer.multiple_choice import learn_wordpiece_vocabulary
     from lmfactory.components.trainer.optimization import make_optimizer
+    from lmfactory.components.vocabulary import wordpiece
     from lmfactory.models.classifier_preprocessor import classifier_preprocessor
     from lmfactory.models.kagnet.kagnet_multiple_choice import KagNetMultipleChoice
     from lmfactory.models.tasks.multiple_choice import MultipleChoice
@@ -123,9 +123,11 @@ def main(argv=None) -> dict:
     dev_graph, dev_counts = _graph_arrays(builder, dev)
     kg_seconds = time.monotonic() - started
 
-    vocab = learn_wordpiece_vocabulary([e.context for e in train] +
-                                       [c for e in train for c in e.choices],
-                                       os.path.join(args.out, "vocabulary"), args.vocab_size)
+    vocab = wordpiece.learn_vocabulary_folder([e.context for e in train] +
+                                              [c for e in train for c in e.choices],
+                                              os.path.join(args.out, "vocabulary"),
+                                              args.vocab_size, lowercase=True,
+                                              strip_accents=True)
     preprocessor = MultipleChoicePreprocessor(classifier_preprocessor(
         vocab, "bert", args.sequence_length, num_text_features=2))
     vocabulary_size = load_tokenizer(vocab).vocabulary_size()

@@ -15,7 +15,6 @@ from lmfactory.models.charlm import charlm_vocabulary as vocabulary
 from lmfactory.models.charlm.charlm_causal_lm import bits_per_character, intermediate_loss_weights
 from lmfactory.models.charlm.charlm_evaluation import (evaluate_bits_per_character,
                                                        sliding_windows)
-from lmfactory.models.charlm.train_tiny_shakespeare import main as train_main
 
 TINY = dict(vocabulary_size=256, num_layers=2, num_heads=4, hidden_dim=32, intermediate_dim=64,
             dropout=0.0, max_sequence_length=16)
@@ -297,18 +296,6 @@ def test_loss_decreases_on_tiny_shakespeare(shared_data):
     after = evaluate_bits_per_character(model, heldout[:2_000], 32, stride=32)["bpc"]
     assert history["bpc"][-1] < history["bpc"][0] - 1.0
     assert after < before - 1.0, (before, after)
-
-
-def test_training_script_reports_heldout_bits_per_character(shared_data, capsys):
-    result = train_main([
-        "--data", str(shared_data / "tiny_shakespeare" / "input.txt"), "--steps", "4",
-        "--log-every", "2", "--num-layers", "2", "--hidden-dim", "32", "--num-heads", "2",
-        "--intermediate-dim", "64", "--sequence-length", "32", "--batch-size", "4",
-        "--eval-characters", "500"])
-    out = capsys.readouterr().out
-    assert "train 1,003,854, held out 500" in out and "bits per character" in out
-    assert result["characters"] == 499
-    assert result["bpc"] == pytest.approx(result["nll"] / math.log(2))
 
 
 def test_cached_decoding_matches_the_full_forward_pass():

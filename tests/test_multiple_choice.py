@@ -1,8 +1,8 @@
 """Multiple choice (BERT §4.4): CommonsenseQA / SWAG readers, packing, the MultipleChoice
-head and its loss, accuracy, the serving SavedModel and the fine-tuning function."""
+head and its loss, accuracy and the serving SavedModel (the DAG fine-tunes it:
+tests/test_pipeline_tasks.py)."""
 
 import json
-import os
 
 import keras
 import numpy as np
@@ -17,7 +17,6 @@ from lmfactory.components.example_gen.multiple_choice import (MultipleChoiceData
                                                               read_commonsenseqa,
                                                               read_multiple_choice, read_swag)
 from lmfactory.components.trainer.multiple_choice import (choice_accuracy,
-                                                          fine_tune_and_evaluate,
                                                           make_multiple_choice_dataset)
 from lmfactory.components.trainer.multiple_choice_serving import (
     SERVING_SIGNATURE, export_multiple_choice_model)
@@ -341,27 +340,3 @@ def test_serving_round_trip(bert_model, preprocessor, tmp_path):
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=r"choices.{0,3} must be a \[batch, num_choices\] matrix"):
         serve(context=context, choices=tf.constant(["a", "b"]))
-
-
-# ---------------------------------------------------------------------------- fine-tune
-
-
-def test_fine_tune_and_evaluate_on_commonsenseqa_sample(shared_data, tmp_path):
-    folder = shared_data / "commonsenseqa"
-    sample = {}
-    for split, count in (("train", 32), ("dev", 20)):
-        with open(folder / f"{split}_rand_split.jsonl", encoding="utf-8") as f:
-            lines = [next(f) for _ in range(count)]
-        sample[split] = tmp_path / f"{split}.jsonl"
-        sample[split].write_text("".join(lines) + "not json\n", encoding="utf-8")
-    results = fine_tune_and_evaluate(
-        str(sample["train"]), str(sample["dev"]), str(tmp_path / "run"), overrides=TINY,
-        vocab_size=300, sequence_length=24, batch_size=8, steps=2, export=False)
-    assert results["examples"] == 20 and results["train_examples"] == 32
-    assert results["train_malformed"] == results["eval_malformed"] == 1
-    assert results["num_choices"] == 5 and results["chance"] == 0.2
-    assert results["accuracy"] in {k / 20 for k in range(21)}
-    assert np.isfinite(results["final_train_loss"])
-    with open(tmp_path / "run" / "results.json", encoding="utf-8") as f:
-        assert json.load(f)["accuracy"] == results["accuracy"]
-    assert load_tokenizer(str(tmp_path / "run" / "vocabulary")).vocabulary_size() <= 300

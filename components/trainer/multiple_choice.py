@@ -1,31 +1,21 @@
-"""Multiple-choice fine-tuning and evaluation (BERT §4.4) as a library: data, training,
-accuracy, export.
+"""Multiple-choice data and accuracy (BERT §4.4) for the ``multiple_choice`` task kind
+(components/tasks/multiple_choice.py), which fine-tunes in the DAG.
 
 * `make_multiple_choice_dataset`: `MultipleChoiceExample` records (or TFRecords of
   ``components/example_gen/multiple_choice.py``'s `to_tf_example`) -> ``(inputs [B, C, T],
   label [B])`` batches, packed in tf.data by a `MultipleChoicePreprocessor`.
 * `choice_accuracy`: the fraction of questions whose highest-scoring choice is the answer.
-* `learn_wordpiece_vocabulary`: a WordPiece vocabulary folder (CONTRACTS §2) learned with
-  the project's learner (``components/vocabulary/wordpiece.py``) from texts.
-* `fine_tune_and_evaluate`: a fresh encoder of the registry (default BERT ``tiny``) with a
-  `MultipleChoice` head trained on a train file and scored on an eval file (CommonsenseQA
-  JSONL or SWAG CSV), exporting the serving SavedModel. Run it as
-  ``python -m lmfactory.components.trainer.multiple_choice --train ... --eval ...``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import os
-import time
 from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from lmfactory.components.example_gen.multiple_choice import NO_LABEL, read_multiple_choice
+from lmfactory.components.example_gen.multiple_choice import NO_LABEL
 
 
 def _examples_tensors(examples) -> dict:
@@ -117,121 +107,3 @@ def choice_accuracy(model, dataset) -> dict:
     if not total:
         raise ValueError("choice_accuracy: the dataset is empty")
     return {"accuracy": correct / total, "examples": total}
-
-
-def learn_wordpiece_vocabulary(texts: Sequence[str], vocab_dir: str, vocab_size: int,
-                               lowercase: bool = True, strip_accents: bool = True) -> str:
-    """A WordPiece vocabulary folder of at most ``vocab_size`` tokens learned on ``texts``."""
-    from lmfactory.components.vocabulary import wordpiece
-
-    return wordpiece.learn_vocabulary_folder(texts, vocab_dir, vocab_size,
-                                             lowercase=lowercase, strip_accents=strip_accents)
-
-
-def fine_tune_and_evaluate(train_path: str, eval_path: str, output_dir: str,
-                           architecture: str = "bert", preset: str = "tiny",
-                           overrides: Optional[dict] = None, vocab_dir: Optional[str] = None,
-                           vocab_size: int = 4000, sequence_length: int = 64,
-                           batch_size: int = 16, steps: int = 600,
-                           learning_rate: float = 1e-4, warmup_fraction: float = 0.1,
-                           weight_decay: float = 0.01, dropout: float = 0.1, seed: int = 0,
-                           export: bool = True) -> dict:
-    """Fine-tunes a FRESH ``architecture`` backbone (no pretraining) with a `MultipleChoice`
-    head on ``train_path`` and reports accuracy on ``eval_path`` (CommonsenseQA JSONL or
-    SWAG CSV, `read_multiple_choice`).
-
-    Without ``vocab_dir`` a WordPiece vocabulary of ``vocab_size`` tokens is learned from
-    the train file's texts (contexts and choices) into ``output_dir/vocabulary``. Training:
-    ``steps`` AdamW steps of ``batch_size`` questions, linear warmup over
-    ``warmup_fraction`` then linear decay (``components/trainer/optimization.py``). Writes
-    ``output_dir/results.json`` and, with ``export``, the serving SavedModel to
-    ``output_dir/serving``. Returns the results: dev ``accuracy``, ``examples``, the chance
-    level ``1 / num_choices``, the train and eval malformed-line counts, the last training
-    loss / accuracy, parameter count and seconds.
-    """
-    import keras
-
-    from lmfactory import models
-    from lmfactory.components.trainer.multiple_choice_serving import (
-        export_multiple_choice_model)
-    from lmfactory.components.trainer.optimization import make_optimizer
-    from lmfactory.models.tasks.multiple_choice import MultipleChoice
-    from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
-    from lmfactory.models.tokenizers import load_tokenizer
-
-    started = time.perf_counter()
-    tf.io.gfile.makedirs(output_dir)
-    train = read_multiple_choice(train_path)
-    evaluation = read_multiple_choice(eval_path)
-    if train.num_choices != evaluation.num_choices:
-        raise ValueError(f"{train_path} has {train.num_choices} choices a question, "
-                         f"{eval_path} {evaluation.num_choices}")
-    if vocab_dir is None:
-        vocab_dir = learn_wordpiece_vocabulary(
-            [e.context for e in train] + [c for e in train for c in e.choices],
-            os.path.join(output_dir, "vocabulary"), vocab_size)
-    keras.utils.set_random_seed(seed)
-    preprocessor = MultipleChoicePreprocessor.from_vocabulary(vocab_dir, architecture,
-                                                              sequence_length)
-    backbone = models.build(architecture, preset,
-                            vocabulary_size=load_tokenizer(vocab_dir).vocabulary_size(),
-                            **(overrides or {}))
-    model = MultipleChoice(backbone, num_choices=train.num_choices, dropout=dropout)
-    model.compile(optimizer=make_optimizer(learning_rate, steps, warmup_fraction,
-                                           weight_decay))
-    names = list(model.input)
-    train_data = make_multiple_choice_dataset(train, preprocessor, batch_size, shuffle=True,
-                                              repeat=True, seed=seed, input_names=names)
-    history = model.fit(train_data, steps_per_epoch=steps, epochs=1, verbose=2)
-    eval_data = make_multiple_choice_dataset(evaluation, preprocessor, 64, input_names=names)
-    results = choice_accuracy(model, eval_data)
-    results.update({
-        "architecture": architecture, "preset": preset, "train_file": train_path,
-        "eval_file": eval_path, "train_examples": len(train),
-        "num_choices": train.num_choices, "chance": 1.0 / train.num_choices,
-        "train_malformed": len(train.malformed), "eval_malformed": len(evaluation.malformed),
-        "steps": steps, "batch_size": batch_size, "sequence_length": sequence_length,
-        "vocabulary_size": backbone.get_config()["vocabulary_size"],
-        "parameters": int(model.count_params()),
-        "final_train_loss": float(history.history["loss"][-1]),
-        "final_train_accuracy": float(history.history["accuracy"][-1]),
-    })
-    if export:
-        export_multiple_choice_model(model, preprocessor, os.path.join(output_dir, "serving"))
-    results["seconds"] = round(time.perf_counter() - started, 1)
-    with tf.io.gfile.GFile(os.path.join(output_dir, "results.json"), "w") as f:
-        json.dump(results, f, indent=2, sort_keys=True)
-    logging.info("Multiple choice: %s", results)
-    return results
-
-
-__all__ = ["choice_accuracy", "fine_tune_and_evaluate", "learn_wordpiece_vocabulary",
-           "main", "make_multiple_choice_dataset"]
-
-
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=fine_tune_and_evaluate.__doc__.split("\n")[0])
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--eval", required=True)
-    parser.add_argument("--output", required=True)
-    parser.add_argument("--architecture", default="bert")
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--vocab-size", type=int, default=4000)
-    parser.add_argument("--sequence-length", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--learning-rate", type=float, default=1e-4)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    results = fine_tune_and_evaluate(
-        args.train, args.eval, args.output, architecture=args.architecture,
-        preset=args.preset, vocab_size=args.vocab_size, sequence_length=args.sequence_length,
-        batch_size=args.batch_size, steps=args.steps, learning_rate=args.learning_rate,
-        seed=args.seed)
-    print(json.dumps(results, indent=2, sort_keys=True))
-    return results
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO)
-    main()

@@ -6,9 +6,8 @@ pipeline's "byte" tokenizer kind (`lmfactory.models.tokenizers.Utf8ByteTokenizer
 `ByteTokenizer`; VocabularyGen learns nothing and records the corpus's byte counts) gives
 ids 0..255 to the bytes and id 256 to `<|endoftext|>`, which separates documents in
 `causal_lm` examples, pads, and starts generation; a pipeline-trained model therefore has a
-257-token vocabulary. `charlm_vocabulary` is the same byte mapping in numpy for the
-standalone script (`train_tiny_shakespeare`), which reads one unbroken stream and needs no
-special token.
+257-token vocabulary. `charlm_vocabulary` is the same byte mapping in numpy, for reading a
+text as one unbroken stream without a special token.
 """
 
 from lmfactory.models import registry

@@ -6,10 +6,10 @@ byte (205 distinct byte values occur). For arbitrary UTF-8 text the faithful and
 vocabulary is fixed (no learning step), every text is representable and ``decode(encode(t))
 == t``. A non-ASCII character spans several ids (e.g. "é" is 195, 169), as in enwik8.
 
-This module serves the standalone script (`train_tiny_shakespeare`), which reads a corpus as
-one unbroken stream: there, id 0 (the NUL byte) doubles as padding and end-of-text (the
-ingestion stage rejects records holding NUL bytes, CONTRACTS §1, so it never occurs inside a
-text, and keras-nlp's ``ByteTokenizer.detokenize`` drops it). The pipeline uses the "byte"
+This module reads a text as one unbroken stream (the paper's setting): there, id 0 (the NUL
+byte) doubles as padding and end-of-text (the ingestion stage rejects records holding NUL
+bytes, CONTRACTS §1, so it never occurs inside a text, and keras-nlp's
+``ByteTokenizer.detokenize`` drops it). The pipeline uses the "byte"
 tokenizer kind instead (`lmfactory.models.tokenizers.Utf8ByteTokenizer`): the same ids
 0..255 for the bytes, plus a real ``<|endoftext|>`` token at id 256 that separates documents
 and starts generation, so `decode` here and its ``detokenize`` agree on every byte id.

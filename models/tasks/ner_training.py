@@ -2,8 +2,8 @@
 sample_weight)`` batches from tagging records (`tagging_dataset`), the word tags a model
 predicts through the graph the serving signature runs (`predict_word_label_ids`,
 `predict_tags`), and how many words truncation leaves without a prediction
-(`covered_words`). The TFX DAG (``components/tasks/tagging.py``) and the standalone
-fine-tuning run (``components/trainer/ner_finetune.py``) both use them.
+(`covered_words`), for the ``tagging`` task kind (``components/tasks/tagging.py``) and its
+serving export.
 """
 
 from __future__ import annotations

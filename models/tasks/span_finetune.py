@@ -1,8 +1,7 @@
 """Span extraction (SQuAD) on the model side: a `span_preprocessor`'s windows of question /
 context records as numpy arrays (`featurize`), their start / end training labels
 (`training_labels`), the model's inputs (`model_inputs`) and its decoded answers
-(`predict`). The TFX DAG (``components/tasks/span_qa.py``) and the standalone fine-tuning
-run (``components/trainer/span_finetune.py``) both use them.
+(`predict`), for the ``span_qa`` task kind (``components/tasks/span_qa.py``).
 """
 
 from __future__ import annotations
