@@ -21,7 +21,8 @@ from lmfactory.components import beam_options
 from lmfactory.components import tasks as task_kinds
 from lmfactory.components.evaluator import transfer
 from lmfactory.components.example_gen import formats as ingest_formats
-from lmfactory.components.trainer.checkpoints import KEEP_CHOICES
+from lmfactory.components.trainer.checkpoints import DEFAULT_MONITOR, KEEP_CHOICES
+from lmfactory.components.trainer.config import LEARNING_RATE_RANGE
 from lmfactory.components.trainer.optimization import DECAYS, OPTIMIZERS
 from lmfactory.components.trainer.precision import PRECISIONS
 from lmfactory.components.trainer.strategy import STRATEGIES
@@ -74,7 +75,7 @@ DEFAULTS = {
                    "sequence_length": 128, "text_features": ["sentence"], "num_classes": 2,
                    # keep: "last" or "best" (the checkpoint with the best validation
                    # `monitor`, a metric the task model logs: loss, accuracy, ...)
-                   "keep": "last", "monitor": "loss"},
+                   "keep": "last", "monitor": DEFAULT_MONITOR},
     "lm_finetuning": None,  # optional target-task LM fine-tuning stage (recipe_lm_finetuning)
     "knowledge_graph": None,  # optional knowledge-graph stages (recipe_knowledge.py)
     # control: from_scratch adds the transfer control (components/evaluator/transfer.py)
@@ -522,7 +523,7 @@ def _check_teacher(check: _Checker, recipe: dict, architecture: str, objective) 
     check.positive_int("teacher.pretraining.steps")
     check.positive_int("teacher.pretraining.batch_size")
     check.positive_int("teacher.pretraining.eval_steps")
-    check.fraction("teacher.pretraining.learning_rate", 1e-8, 1.0)
+    check.fraction("teacher.pretraining.learning_rate", *LEARNING_RATE_RANGE)
 
 
 def _task_kind(check: _Checker):
@@ -565,7 +566,7 @@ def validate(recipe: dict) -> dict:
         check.positive_int(f"{stage}.steps")
         check.positive_int(f"{stage}.batch_size")
         check.positive_int(f"{stage}.eval_steps")
-        check.fraction(f"{stage}.learning_rate", 1e-8, 1.0)
+        check.fraction(f"{stage}.learning_rate", *LEARNING_RATE_RANGE)
         check.fraction(f"{stage}.warmup_fraction", 0.0, 0.99)
         check.fraction(f"{stage}.weight_decay", 0.0, 1.0)
         check.fraction(f"{stage}.adam_beta_1", 0.0, 0.999999)

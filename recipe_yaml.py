@@ -9,6 +9,8 @@ hundred, so a document using more than `MAX_ALIASES` aliases, or expanding to mo
 
 from __future__ import annotations
 
+import re
+
 import yaml
 
 
@@ -38,6 +40,14 @@ class _RecipeLoader(yaml.SafeLoader):
                 raise yaml.YAMLError(f"more than {MAX_ALIASES} aliases (line "
                                      f"{mark.line + 1})")
         return super().compose_node(parent, index)
+
+
+# YAML 1.1, which PyYAML reads, takes a float in exponent notation only with a dot
+# ("3.0e-5"); "3e-5", how learning rates are written, would be the string '3e-5' and fail
+# the recipe's number checks. YAML 1.2 reads it as a float, and so does the recipe loader.
+_RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 
 def _yaml_problem(error: yaml.YAMLError) -> str:

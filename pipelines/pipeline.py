@@ -47,6 +47,7 @@ from lmfactory.components.evaluator.transfer import CONTROL_FROM_SCRATCH
 from lmfactory.components.model_init.component import BackboneInitializer
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
 from lmfactory.components.pusher import executor as pusher_executor
+from lmfactory.components.trainer.checkpoints import DEFAULT_MONITOR
 from lmfactory.components.vocabulary.component import VocabularyGen
 from lmfactory.pipelines import knowledge, remote_data
 from lmfactory.recipe import DEFAULTS, OPTIMIZER_DEFAULTS, beam_pipeline_args
@@ -139,7 +140,7 @@ def _trainer_config(recipe: dict, settings: dict, task: dict | None,
         "validate_checkpoints": runtime["validate_checkpoints"],
         "progress_seconds": runtime["progress_seconds"],
         "keep": settings.get("keep", "last"),
-        "monitor": settings.get("monitor", "loss"),
+        "monitor": settings.get("monitor", DEFAULT_MONITOR),
         "seed": runtime["seed"],
         "generation": recipe["serving"]["generation"],
         "task_args": settings.get("task_args", {}),

@@ -6,6 +6,7 @@ into millions of values are refused before anything walks them; a full disk duri
 one line naming the path."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +52,22 @@ def test_bad_yaml_in_a_set_value_is_one_line():
         load_recipe("bert_tiny_sst2", ["finetuning.task_args={a: [1, 2"])
     assert error.value.field == "finetuning.task_args"
     assert "not valid YAML" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_exponent_notation_is_a_number_in_a_set_value_and_a_recipe_file(tmp_path):
+    """"3e-5" (no dot) is a float, as YAML 1.2 reads it: YAML 1.1 would make it the string
+    '3e-5', which the recipe's number checks refuse; quoted, it stays a string."""
+    recipe = load_recipe("bert_tiny_sst2", ["finetuning.learning_rate=3e-5",
+                                            "pretraining.learning_rate=1E-3"])
+    assert recipe["finetuning"]["learning_rate"] == 3e-5
+    assert recipe["pretraining"]["learning_rate"] == 1e-3
+    with pytest.raises(RecipeError, match="finetuning.learning_rate"):
+        load_recipe("bert_tiny_sst2", ['finetuning.learning_rate="3e-5"'])
+    shipped = Path(__file__).resolve().parent.parent / "recipes" / "bert_tiny_sst2.yaml"
+    path = tmp_path / "rates.yaml"
+    path.write_text(shipped.read_text(encoding="utf-8").replace(
+        "learning_rate: 0.0003", "learning_rate: 2e-5"), encoding="utf-8")
+    assert load_recipe(str(path))["finetuning"]["learning_rate"] == 2e-5
 
 
 def test_a_recipe_of_nested_aliases_is_refused_before_it_is_expanded(tmp_path):

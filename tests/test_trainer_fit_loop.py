@@ -197,6 +197,28 @@ def test_recipe_and_trainer_config_check_keep_settings():
                                  "validate_checkpoints": False})
 
 
+def test_recipe_and_trainer_config_agree_on_learning_rates_and_the_monitor():
+    """A learning rate the recipe accepts is one the Trainer accepts (one range for both),
+    and a stage without a monitor of its own watches the recipe's default."""
+    from lmfactory.pipelines.pipeline import _trainer_config
+    from lmfactory.recipe import RecipeError, load_recipe
+
+    for rate in (1e-8, 1.0):
+        recipe = load_recipe("bert_tiny_sst2", [f"pretraining.learning_rate={rate}",
+                                                f"finetuning.learning_rate={rate}"])
+        for stage in ("pretraining", "finetuning"):
+            config = TrainerConfig.from_dict(_trainer_config(recipe, recipe[stage], None))
+            assert config.learning_rate == rate
+            assert config.monitor == recipe["finetuning"]["monitor"] == "loss"
+    for rate in (0, 1.5):
+        with pytest.raises(RecipeError, match="finetuning.learning_rate"):
+            load_recipe("bert_tiny_sst2", [f"finetuning.learning_rate={rate}"])
+        with pytest.raises(ValueError, match=r"learning_rate must be in \[1e-08, 1.0\]"):
+            TrainerConfig.from_dict({"architecture": "bert", "learning_rate": rate})
+    assert TrainerConfig.from_dict({"architecture": "bert"}).monitor == \
+        fit_loop.FitSettings(total_steps=1, steps_per_checkpoint=1).monitor == "loss"
+
+
 class _FakeModel:
     def __init__(self):
         self.optimizer = type("Optimizer", (), {"iterations": tf.Variable(0, dtype="int64")})()

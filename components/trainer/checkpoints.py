@@ -29,6 +29,9 @@ import tensorflow as tf
 
 BEST_STATE = "best_checkpoint.json"
 KEEP_CHOICES = ("last", "best")
+# The validation metric `keep: best` watches unless a recipe names another; "loss" and
+# "val_loss" name the same log (`monitor_name`).
+DEFAULT_MONITOR = "loss"
 # Validation metrics where lower is better; any other is maximised.
 _LOWER_IS_BETTER = ("loss", "error", "perplexity", "mae", "mse", "rmse", "cross_entropy")
 
@@ -105,7 +108,8 @@ class BestCheckpoint(keras.callbacks.Callback):
         mode: ``"min"`` or ``"max"`` (None: `monitor_mode`).
     """
 
-    def __init__(self, directory: str, monitor: str = "val_loss", mode: str | None = None):
+    def __init__(self, directory: str, monitor: str = DEFAULT_MONITOR,
+                 mode: str | None = None):
         super().__init__()
         self.directory = directory
         self.monitor = monitor_name(monitor)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from lmfactory.components.trainer.checkpoints import KEEP_CHOICES
+from lmfactory.components.trainer.checkpoints import DEFAULT_MONITOR, KEEP_CHOICES
 from lmfactory.components.trainer.optimization import DECAYS, OPTIMIZERS
 from lmfactory.components.trainer.precision import check_precision
 from lmfactory.components.trainer.strategy import STRATEGIES
 
+
+# The learning rates a stage accepts, the recipe's check included (recipe.py).
+LEARNING_RATE_RANGE = (1e-8, 1.0)
 
 @dataclasses.dataclass(frozen=True)
 class TrainerConfig:
@@ -40,7 +43,7 @@ class TrainerConfig:
     # the last weights or those of the checkpoint with the best `monitor` (fit_loop.py).
     validate_checkpoints: bool = True
     keep: str = "last"
-    monitor: str = "val_loss"
+    monitor: str = DEFAULT_MONITOR
     progress_seconds: float | None = 30.0  # a progress line at least this often
     seed: int = 0
     generation: dict = dataclasses.field(default_factory=dict)
@@ -74,8 +77,10 @@ class TrainerConfig:
     def validate(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if not 0 < self.learning_rate < 1:
-            raise ValueError(f"learning_rate must be in (0, 1), got {self.learning_rate}")
+        low, high = LEARNING_RATE_RANGE
+        if not low <= self.learning_rate <= high:
+            raise ValueError(f"learning_rate must be in [{low}, {high}], got "
+                             f"{self.learning_rate}")
         if not 0 <= self.warmup_fraction < 1:
             raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
         for name in ("adam_beta_1", "adam_beta_2"):

@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from lmfactory.components.trainer import random_state, training_curve
 from lmfactory.components.trainer.checkpoints import (
-    BestCheckpoint, CheckpointValidation, StepLimit, format_metrics)
+    DEFAULT_MONITOR, BestCheckpoint, CheckpointValidation, StepLimit, format_metrics)
 from lmfactory.components.trainer.progress import ProgressLogger
 from lmfactory.components.trainer.strategy import is_chief, private_copy, worker_role
 
@@ -52,7 +52,7 @@ class FitSettings:
     batch_size: int | None = None
     validate_checkpoints: bool = True
     keep: str = "last"  # or "best"
-    monitor: str = "val_loss"
+    monitor: str = DEFAULT_MONITOR
     progress_seconds: float | None = 30.0
 
 
