@@ -264,23 +264,20 @@ def load_signatures(model_dir: str):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedModels use)
 
-    problem = _graph_file_problem(model_dir)
-    if problem:
-        raise PredictError(f"the SavedModel {model_dir} does not load: {problem}")
     try:
         return tf.saved_model.load(model_dir).signatures
     except Exception as error:  # noqa: BLE001  (TF raises many kinds; each is one line here)
         lines = [line for line in str(error).strip().splitlines() if line.strip()]
-        reason = lines[0][:300] if lines else type(error).__name__
-        raise PredictError(f"the SavedModel {model_dir} does not load: "
-                           f"{type(error).__name__}: {reason}") from None
+        detail = lines[0][:300] if lines else type(error).__name__
+        reason = _graph_file_problem(model_dir) or f"{type(error).__name__}: {detail}"
+        raise PredictError(f"the SavedModel {model_dir} does not load: {reason}") from None
 
 
 def _graph_file_problem(model_dir: str) -> str | None:
-    """What is wrong with ``saved_model.pb`` when it holds no graph at all (an empty file, or
-    bytes that parse as a SavedModel without a MetaGraph): TensorFlow's own message then
-    speaks of missing tag-sets, which misleads. None when it holds one (or when it does not
-    parse: TensorFlow's message says so)."""
+    """Of a SavedModel that failed to load: what is wrong with ``saved_model.pb`` when it
+    holds no graph at all (an empty file, or bytes that parse as a SavedModel without a
+    MetaGraph): TensorFlow's own message then speaks of missing tag-sets, which misleads.
+    None when it holds one (or when it does not parse: TensorFlow's message says so)."""
     import tensorflow as tf
     from tensorflow.core.protobuf import saved_model_pb2
 

@@ -23,6 +23,7 @@ import numpy as np
 
 import forked_tasks
 from lmfactory.components.example_gen import ingest
+from lmfactory.components.pretraining_data.executor import generate_pretraining_examples
 from lmfactory.models.tokenizers import write_tokenizer_config
 
 RUN_FN_CHECK = str(Path(__file__).with_name("run_fn_check.py"))
@@ -50,26 +51,44 @@ def ingest_task(source: dict, folder: Path) -> Path:
     return folder
 
 
+def corpus_records(demo_data: Path, folder: Path, documents: int) -> tuple[list[str], Path]:
+    """The demo corpus's first ``documents`` documents and their raw corpus records
+    (``folder / "raw"``)."""
+    text = (demo_data / "corpus.txt").read_text(encoding="utf-8").split("\n\n")[:documents]
+    (folder / "corpus.txt").write_text("\n\n".join(text) + "\n", encoding="utf-8")
+    return text, ingest_task({"format": "text", "path": str(folder / "corpus.txt"),
+                              "eval_fraction": 0.1}, folder / "raw")
+
+
+def pretraining_examples(raw: Path, vocab: Path, folder: Path, objective: dict) -> Path:
+    """Pretraining records of ``objective`` (the objective section) from the raw corpus
+    records ``raw``, written to ``folder``."""
+    generate_pretraining_examples(
+        {"train": str(raw / "Split-train"), "eval": str(raw / "Split-eval")}, str(vocab),
+        str(folder), objective, beam_pipeline_args=IN_MEMORY)
+    return folder
+
+
+def _outputs(folder: Path, custom_config: dict) -> dict:
+    """A stage's output folders and backup in ``folder``."""
+    return {"serving_model_dir": str(folder / "model" / "Format-Serving"),
+            "model_run_dir": str(folder / "Trainer" / "model_run" / "7"),
+            "custom_config": {**custom_config, "checkpoint_dir": str(folder / "backup")}}
+
+
 def spec(folder: Path, examples: Path, train_steps: int, custom_config: dict,
          base_model: str | None = None) -> dict:
     """The Trainer's fn_args of a stage reading ``examples`` with its outputs and backup in
     ``folder``."""
-    return {
-        "train_files": [str(examples / "Split-train" / "*")],
-        "eval_files": [str(examples / "Split-eval" / "*")],
-        "serving_model_dir": str(folder / "model" / "Format-Serving"),
-        "model_run_dir": str(folder / "Trainer" / "model_run" / "7"),
-        "train_steps": train_steps, "eval_steps": 2, "base_model": base_model,
-        "custom_config": {**custom_config, "checkpoint_dir": str(folder / "backup")},
-    }
+    return {"train_files": [str(examples / "Split-train" / "*")],
+            "eval_files": [str(examples / "Split-eval" / "*")],
+            "train_steps": train_steps, "eval_steps": 2, "base_model": base_model,
+            **_outputs(folder, custom_config)}
 
 
 def respec(stage: dict, folder: Path) -> dict:
     """The same stage with its outputs and backup in ``folder``."""
-    moved = spec(folder, Path("."), stage["train_steps"], stage["custom_config"],
-                 stage.get("base_model"))
-    return {**stage, **{key: moved[key] for key in
-                        ("serving_model_dir", "model_run_dir", "custom_config")}}
+    return {**stage, **_outputs(folder, stage["custom_config"])}
 
 
 def keras_dir(stage: dict) -> Path:
@@ -77,13 +96,9 @@ def keras_dir(stage: dict) -> Path:
 
 
 def weights_of(path: Path) -> dict:
-    """Every array of a Keras weights file (``.weights.h5``, or the weights inside a
-    ``.keras`` archive), by its path inside the file."""
-    if path.suffix == ".keras":
-        with zipfile.ZipFile(path) as archive:
-            source = io.BytesIO(archive.read("model.weights.h5"))
-    else:
-        source = path
+    """Every array of the weights inside a ``.keras`` archive, by its path there."""
+    with zipfile.ZipFile(path) as archive:
+        source = io.BytesIO(archive.read("model.weights.h5"))
     arrays = {}
     with h5py.File(source, "r") as weights:
         weights.visititems(lambda name, item: arrays.__setitem__(name, item[()])
@@ -104,13 +119,13 @@ def epochs_run(output: str) -> list[int]:
     return [int(n) for n in re.findall(r"^Epoch (\d+)/\d+", output, flags=re.M)]
 
 
-def kill_resume_and_compare(folder: Path, stage: dict, kill_after_epoch: int, epochs: int,
-                            model_file: str = "model.keras") -> tuple[str, int]:
+def kill_resume_and_compare(folder: Path, stage: dict, kill_after_epoch: int,
+                            epochs: int) -> tuple[str, int]:
     """Runs ``stage`` in a process, SIGKILLs it once its backup has recorded epoch
     ``kill_after_epoch``, runs it again to the end, then runs it once more uninterrupted in
-    ``folder / "uninterrupted"``; asserts every array of the resumed run's ``model_file``
-    (in the artifact's keras/ folder: the task model, or ``backbone.weights.h5``) equals the
-    uninterrupted run's (1e-6). Returns the resumed run's output and the epoch it saved."""
+    ``folder / "uninterrupted"``; asserts every array of the resumed run's task model (the
+    artifact's keras/model.keras) equals the uninterrupted run's (1e-6). Returns the resumed
+    run's output and the epoch it saved."""
     metadata = Path(stage["custom_config"]["checkpoint_dir"]) / "training_metadata.json"
     folder.mkdir(parents=True, exist_ok=True)
     first = forked_tasks.Forked([sys.executable, RUN_FN_CHECK, json.dumps(stage)],
@@ -140,7 +155,8 @@ def kill_resume_and_compare(folder: Path, stage: dict, kill_after_epoch: int, ep
     # that was never killed.
     straight = respec(stage, folder / "uninterrupted")
     run(straight, folder / "uninterrupted.log")
-    resumed, uninterrupted = (weights_of(keras_dir(s) / model_file) for s in (stage, straight))
+    resumed, uninterrupted = (weights_of(keras_dir(s) / "model.keras")
+                              for s in (stage, straight))
     assert resumed.keys() == uninterrupted.keys() and len(resumed) > 10
     worst = max(float(np.max(np.abs(resumed[name].astype("float64")
                                     - uninterrupted[name].astype("float64"))))

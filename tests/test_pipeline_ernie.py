@@ -105,9 +105,7 @@ def _knowledge_trainer_resumes_exactly(recipe: dict, root: str, folder: Path) ->
     (tests/resume_runs.py)."""
     (trainer,) = [component for component in pipeline.create_components(recipe, str(folder))
                   if component.id == "Pretrainer"]
-    custom_config = trainer.exec_properties["custom_config"]
-    if isinstance(custom_config, str):
-        custom_config = json.loads(custom_config)
+    custom_config = json.loads(trainer.exec_properties["custom_config"])  # TFX stores JSON
     (examples,) = tf.io.gfile.glob(f"{root}/PretrainingExampleGen/pretraining_examples/*")
     for key, pattern in (("kg_embeddings", "*/kg_embeddings/*"),
                          ("knowledge_graph", "*/knowledge_graph/*")):

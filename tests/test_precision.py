@@ -13,7 +13,6 @@ import tensorflow as tf
 from tfx.components.trainer.fn_args_utils import FnArgs
 
 import resume_runs
-from lmfactory.components.pretraining_data.executor import generate_pretraining_examples
 from lmfactory.components.trainer.model_artifact import load_model_backbone
 from lmfactory.components.trainer.run_fn import run_fn
 from lmfactory.recipe import RecipeError, load_recipe
@@ -25,17 +24,11 @@ STEPS = 20
 def runs(tmp_path_factory, demo_data):
     """{precision: Model artifact folder} of two 20-step runs on the same records and seed."""
     tmp = tmp_path_factory.mktemp("precision")
-    documents = (demo_data / "corpus.txt").read_text(encoding="utf-8").split("\n\n")[:60]
-    (tmp / "corpus.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
-    raw = resume_runs.ingest_task(
-        {"format": "text", "path": str(tmp / "corpus.txt"), "eval_fraction": 0.1}, tmp / "raw")
+    documents, raw = resume_runs.corpus_records(demo_data, tmp, 60)
     vocab = resume_runs.word_vocabulary(tmp / "vocab", documents, size=800)
-    examples = tmp / "examples"
-    generate_pretraining_examples(
-        {"train": str(raw / "Split-train"), "eval": str(raw / "Split-eval")}, str(vocab),
-        str(examples), {"objective": "bert_mlm_nsp", "max_seq_length": 32, "dupe_factor": 1,
-                        "max_predictions_per_seq": 5},
-        beam_pipeline_args=resume_runs.IN_MEMORY)
+    examples = resume_runs.pretraining_examples(raw, vocab, tmp / "examples", {
+        "objective": "bert_mlm_nsp", "max_seq_length": 32, "dupe_factor": 1,
+        "max_predictions_per_seq": 5})
     models = {}
     for precision in ("float32", "mixed_bfloat16"):
         run = tmp / precision

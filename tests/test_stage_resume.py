@@ -20,7 +20,6 @@ import pytest
 import resume_runs
 from lmfactory import models
 from lmfactory.components.model_init.executor import initialize_backbone
-from lmfactory.components.pretraining_data.executor import generate_pretraining_examples
 from lmfactory.pipelines.pipeline import task_record
 from lmfactory.recipe import load_recipe
 
@@ -98,21 +97,6 @@ def test_span_qa_fine_tuning_resumes_exactly(bert_base, shared_data, tmp_path):
     _kill_resume_and_compare(tmp_path, stage)
 
 
-def _corpus(folder: Path, demo_data: Path, documents: int = 60) -> Path:
-    """Raw corpus records of the demo corpus's first ``documents`` documents."""
-    text = (demo_data / "corpus.txt").read_text(encoding="utf-8").split("\n\n")[:documents]
-    (folder / "corpus.txt").write_text("\n\n".join(text) + "\n", encoding="utf-8")
-    return resume_runs.ingest_task({"format": "text", "path": str(folder / "corpus.txt"),
-                                    "eval_fraction": 0.1}, folder / "raw")
-
-
-def _pretraining_examples(raw: Path, vocab: Path, folder: Path, objective: dict) -> Path:
-    generate_pretraining_examples(
-        {"train": str(raw / "Split-train"), "eval": str(raw / "Split-eval")}, str(vocab),
-        str(folder), objective, beam_pipeline_args=resume_runs.IN_MEMORY)
-    return folder
-
-
 def test_target_lm_fine_tuning_resumes_exactly(demo_data, tmp_path):
     """ULMFiT's second stage: the AWD-LSTM language model continued from a base model on
     ordered streams, with the recipe's discriminative rates and slanted triangular
@@ -126,8 +110,9 @@ def test_target_lm_fine_tuning_resumes_exactly(demo_data, tmp_path):
     vocab = tmp_path / "vocab"
     executor.learn_and_write(executor.count_words(documents, config), str(vocab), config,
                              "the demo corpus")
-    examples = _pretraining_examples(_corpus(tmp_path, demo_data), vocab, tmp_path / "streams",
-                                     {"objective": "causal_lm_bptt", "max_seq_length": 20})
+    examples = resume_runs.pretraining_examples(
+        resume_runs.corpus_records(demo_data, tmp_path, 60)[1], vocab, tmp_path / "streams",
+        {"objective": "causal_lm_bptt", "max_seq_length": 20})
     initialize_backbone("awd_lstm", "tiny", {}, str(vocab), str(tmp_path / "base"), seed=1)
     lm_finetuning = load_recipe("ulmfit_sst2")["lm_finetuning"]
     stage = resume_runs.spec(tmp_path / "killed", examples, STEPS, {
@@ -142,14 +127,14 @@ def test_distillation_resumes_exactly(bert_base, demo_data, tmp_path):
     """The Distiller: a DistilBERT student initialised from, and taught by, a BERT teacher's
     Model artifact, on masked-LM records masked afresh at each read (dynamic masking)."""
     vocab = bert_base[0]
-    raw = _corpus(tmp_path, demo_data)
-    teacher_examples = _pretraining_examples(raw, vocab, tmp_path / "teacher_examples", {
+    _, raw = resume_runs.corpus_records(demo_data, tmp_path, 60)
+    teacher_examples = resume_runs.pretraining_examples(raw, vocab, tmp_path / "teacher_examples", {
         "objective": "bert_mlm_nsp", "max_seq_length": SEQUENCE_LENGTH, "dupe_factor": 1,
         "max_predictions_per_seq": 5})
     teacher = resume_runs.spec(tmp_path / "teacher", teacher_examples, 2,
                                _stage_config("bert", "mini"))
     resume_runs.run(teacher, tmp_path / "teacher.log")
-    examples = _pretraining_examples(raw, vocab, tmp_path / "student_examples", {
+    examples = resume_runs.pretraining_examples(raw, vocab, tmp_path / "student_examples", {
         "objective": "mlm", "max_seq_length": SEQUENCE_LENGTH, "dupe_factor": 1,
         "max_predictions_per_seq": 5, "dynamic_masking": True})
     stage = resume_runs.spec(tmp_path / "killed", examples, STEPS, _stage_config(

@@ -8,7 +8,6 @@ import json
 import pytest
 
 import resume_runs
-from lmfactory.components.pretraining_data.executor import generate_pretraining_examples
 
 pytestmark = pytest.mark.dag  # each case trains three times in processes of its own
 
@@ -16,17 +15,11 @@ pytestmark = pytest.mark.dag  # each case trains three times in processes of its
 @pytest.fixture(scope="module")
 def bert_examples(tmp_path_factory, demo_data):
     tmp = tmp_path_factory.mktemp("resume")
-    documents = (demo_data / "corpus.txt").read_text(encoding="utf-8").split("\n\n")[:120]
-    (tmp / "corpus.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
-    raw = resume_runs.ingest_task(
-        {"format": "text", "path": str(tmp / "corpus.txt"), "eval_fraction": 0.1}, tmp / "raw")
+    documents, raw = resume_runs.corpus_records(demo_data, tmp, 120)
     vocab = resume_runs.word_vocabulary(tmp / "vocab", documents)
-    examples = tmp / "examples"
-    generate_pretraining_examples(
-        {"train": str(raw / "Split-train"), "eval": str(raw / "Split-eval")}, str(vocab),
-        str(examples), {"objective": "bert_mlm_nsp", "max_seq_length": 32, "dupe_factor": 1,
-                        "max_predictions_per_seq": 5},
-        beam_pipeline_args=resume_runs.IN_MEMORY)
+    examples = resume_runs.pretraining_examples(raw, vocab, tmp / "examples", {
+        "objective": "bert_mlm_nsp", "max_seq_length": 32, "dupe_factor": 1,
+        "max_predictions_per_seq": 5})
     return tmp, examples
 
 
