@@ -1,7 +1,9 @@
 """``lmfactory`` command line.
 
     lmfactory list                       architectures and recipes, one name per line
-    lmfactory validate RECIPE [--set field.path=value ...]   check a recipe, run nothing
+    lmfactory validate RECIPE [--set field.path=value ...] [--print]
+                                         check a recipe, run nothing; --print: the
+                                         resolved recipe (every default filled in), YAML
     lmfactory run RECIPE [--runner local|vertex] [--set field.path=value ...]
     lmfactory compile RECIPE --pipeline-root gs://... --image IMAGE [--stage-data] [--output F]
     lmfactory predict MODEL [TEXT ...] [--file FILE|-] [--set input=value]   JSON lines out
@@ -85,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--set", dest="overrides", action="append", default=[],
                              metavar="FIELD=VALUE", help="override a recipe field")
         command.add_argument("-v", "--verbose", action="store_true")
+        if name == "validate":
+            command.add_argument("--print", dest="print_recipe", action="store_true",
+                                 help="print the resolved recipe (every default filled in) "
+                                      "as YAML")
         if name == "run":
             command.add_argument("--runner", choices=("local", "vertex"), default="local")
             command.add_argument("--output-dir", default="runs",
@@ -507,7 +513,12 @@ def main(argv=None) -> int:
         print(f"lmfactory: {error}", file=sys.stderr)
         return 2
     if args.command == "validate":
-        print(f"recipe {recipe['name']} is valid")
+        if args.print_recipe:
+            import yaml
+
+            print(yaml.safe_dump(recipe, sort_keys=False, default_flow_style=False), end="")
+        else:
+            print(f"recipe {recipe['name']} is valid")
         return 0
     if args.command == "compile" or args.runner == "vertex":
         try:

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import os
+import types
 
 # TFX's modules, not its `tfx.v1` facade: importing that loads every extension (the Vertex
 # AI client library among them, ~4 s) whatever the pipeline uses.
@@ -47,17 +48,12 @@ from lmfactory.components.evaluator.transfer import CONTROL_FROM_SCRATCH
 from lmfactory.components.model_init.component import BackboneInitializer
 from lmfactory.components.pretraining_data.component import PretrainingExampleGen
 from lmfactory.components.pusher import executor as pusher_executor
-from lmfactory.components.trainer.checkpoints import DEFAULT_MONITOR
 from lmfactory.components.vocabulary.component import VocabularyGen
 from lmfactory.pipelines import knowledge, remote_data
-from lmfactory.recipe import DEFAULTS, OPTIMIZER_DEFAULTS, beam_pipeline_args
+from lmfactory.recipe import Objective, Recipe, Runtime, beam_pipeline_args
+from lmfactory.recipe.stages import stage_of
 
 RUN_FN = "lmfactory.components.trainer.run_fn.run_fn"
-# The recipe's objective settings PretrainingExampleGen takes as they are (its ``seed`` is
-# the component's ``random_seed``).
-OBJECTIVE_KEYS = tuple(key for key in DEFAULTS["objective"] if key != "seed")
-# Optimiser settings of a recipe stage passed to the Trainer as they are (TrainerConfig).
-OPTIMIZER_KEYS = tuple(OPTIMIZER_DEFAULTS)
 
 
 def _resolve_path(path: str) -> str:
@@ -115,90 +111,67 @@ def task_record(recipe: dict) -> dict | None:
 
 def _trainer_config(recipe: dict, settings: dict, task: dict | None,
                     model: dict | None = None, serves: bool = False) -> dict:
-    """The Trainer's custom_config (components/trainer/config.py). ``model``: architecture,
-    preset and overrides when they are not the recipe's own (a distillation teacher).
-    ``serves``: a stage whose model is evaluated (the FineTuner, which is also pushed, and
-    the transfer control), which always gets its serving SavedModel; the other stages only
-    with ``runtime.export_every_stage``."""
-    runtime = recipe["runtime"]
+    """The Trainer's custom_config of the resolved stage mapping ``settings`` of the
+    resolved ``recipe`` (`TrainingStage.trainer_config`); ``model``: architecture, preset
+    and overrides when they are not the recipe's own (a distillation teacher)."""
     model = model or recipe
-    return {
-        "architecture": model["architecture"],
-        "preset": model["preset"],
-        "overrides": model["overrides"],
-        "task": task,
-        "batch_size": settings["batch_size"],
-        "learning_rate": settings["learning_rate"],
-        "warmup_fraction": settings["warmup_fraction"],
-        "weight_decay": settings["weight_decay"],
-        **{key: settings[key] for key in OPTIMIZER_KEYS if key in settings},
-        "strategy": runtime["strategy"],
-        "tpu": runtime["tpu"],
-        "jit_compile": runtime["jit_compile"],
-        "precision": runtime["precision"],
-        "steps_per_checkpoint": runtime["steps_per_checkpoint"],
-        "validate_checkpoints": runtime["validate_checkpoints"],
-        "progress_seconds": runtime["progress_seconds"],
-        "keep": settings.get("keep", "last"),
-        "monitor": settings.get("monitor", DEFAULT_MONITOR),
-        "seed": runtime["seed"],
-        "generation": recipe["serving"]["generation"],
-        "task_args": settings.get("task_args", {}),
-        "export_serving": bool(serves or runtime["export_every_stage"]),
-    }
+    return stage_of(settings).trainer_config(
+        types.SimpleNamespace(**{key: model[key] for key in ("architecture", "preset",
+                                                              "overrides")}),
+        Runtime.from_dict(recipe["runtime"]), recipe["serving"]["generation"], task, serves)
 
 
-def _trainer(recipe: dict, stage: str, examples, task=None, base_model=None, model=None,
-             kg_embeddings=None, graph=None, serves: bool = False):
-    """A TFX Trainer running ``run_fn`` with the recipe section ``stage``'s settings
-    (``model["pretraining"]`` for a teacher); with ``kg_embeddings`` (a KGEmbeddings
-    channel) a KnowledgeTrainer (components/knowledge_graph) that hands them and the
-    knowledge ``graph`` to run_fn."""
-    settings = (model or recipe)[stage]
-    arguments = dict(
-        run_fn=RUN_FN,
-        examples=examples,
-        base_model=base_model,
-        train_args=trainer_pb2.TrainArgs(num_steps=settings["steps"]),
-        eval_args=trainer_pb2.EvalArgs(num_steps=settings["eval_steps"]),
-        custom_config=_trainer_config(recipe, settings, task, model, serves),
-    )
+def _train_args(recipe: Recipe, stage: str, task=None, teacher: bool = False,
+                serves: bool = False) -> dict:
+    """The Trainer arguments of the stage ``stage`` (the teacher's with ``teacher``): its
+    steps, eval steps and custom_config."""
+    settings = (recipe.teacher if teacher else recipe).stage(stage)
+    return dict(run_fn=RUN_FN,
+                train_args=trainer_pb2.TrainArgs(num_steps=settings.steps),
+                eval_args=trainer_pb2.EvalArgs(num_steps=settings.eval_steps),
+                custom_config=recipe.trainer_config(stage, task, teacher, serves))
+
+
+def _trainer(recipe: Recipe, stage: str, examples, task=None, base_model=None,
+             teacher: bool = False, kg_embeddings=None, graph=None, serves: bool = False):
+    """A TFX Trainer running ``run_fn`` with the recipe's training stage ``stage`` (the
+    teacher's with ``teacher``); with ``kg_embeddings`` (a KGEmbeddings channel) a
+    KnowledgeTrainer (components/knowledge_graph) that hands them and the knowledge
+    ``graph`` to run_fn."""
+    arguments = dict(examples=examples, base_model=base_model,
+                     **_train_args(recipe, stage, task, teacher, serves))
     if kg_embeddings is not None:
         return KnowledgeTrainer(kg_embeddings=kg_embeddings, knowledge_graph=graph,
                                 **arguments)
     return Trainer(**arguments)
 
 
-def _distiller(recipe: dict, stage: str, examples, teacher_model, task=None, base_model=None,
+def _distiller(recipe: Recipe, stage: str, examples, teacher_model, task=None, base_model=None,
                serves: bool = False):
     """A Distiller (components/distiller): the Trainer's settings plus a teacher."""
-    settings = recipe[stage]
-    return Distiller(
-        examples=examples, teacher_model=teacher_model, base_model=base_model, run_fn=RUN_FN,
-        train_args=trainer_pb2.TrainArgs(num_steps=settings["steps"]),
-        eval_args=trainer_pb2.EvalArgs(num_steps=settings["eval_steps"]),
-        custom_config=_trainer_config(recipe, settings, task, serves=serves))
+    return Distiller(examples=examples, teacher_model=teacher_model, base_model=base_model,
+                     **_train_args(recipe, stage, task, serves=serves))
 
 
-def _lm_example_gen(recipe: dict, examples, vocabulary, objective_name: str | None = None):
-    objective = recipe["objective"]
+def _lm_example_gen(objective: Objective, examples, vocabulary,
+                    objective_name: str | None = None):
     return PretrainingExampleGen(examples=examples, vocabulary=vocabulary,
-                                 objective=objective_name or objective["name"],
-                                 random_seed=objective["seed"],
-                                 **{key: objective[key] for key in OBJECTIVE_KEYS})
+                                 objective=objective_name or objective.name,
+                                 random_seed=objective.seed,
+                                 **objective.example_gen_settings())
 
 
-def _target_corpus_gen(recipe: dict):
+def _target_corpus_gen(recipe: Recipe):
     """The one TextExampleGen of ``data.target_corpus`` (its text trains the target LM,
     ULMFiT §3.2, or the causal-LM task; the vocabulary may count it too), or None."""
-    if not recipe["data"].get("target_corpus"):
+    if not recipe.data.get("target_corpus"):
         return None
-    component_id = "LMFineTuningExampleGen" if recipe.get("lm_finetuning") else "TargetExampleGen"
-    return TextExampleGen(input_config=_absolute_paths(recipe["data"]["target_corpus"])
+    component_id = "LMFineTuningExampleGen" if recipe.lm_finetuning else "TargetExampleGen"
+    return TextExampleGen(input_config=_absolute_paths(recipe.data.get("target_corpus"))
                           ).with_id(component_id)
 
 
-def _pretraining_stage(recipe: dict, target_gen=None, graph=None, kg_embeddings=None):
+def _pretraining_stage(recipe: Recipe, target_gen=None, graph=None, kg_embeddings=None):
     """The components that produce the model fine-tuning starts from: learned from the
     corpus (vocabulary, examples, Pretrainer) or imported from a published checkpoint.
     Returns ``(components, model channel, vocabulary channel or None)``; ``target_gen``
@@ -206,32 +179,32 @@ def _pretraining_stage(recipe: dict, target_gen=None, graph=None, kg_embeddings=
     With a knowledge ``graph`` (an architecture that links entities), the corpus goes
     through the EntityLinker before the pretraining examples, and the Pretrainer is a
     KnowledgeTrainer fed ``kg_embeddings``."""
-    pretraining = recipe["pretraining"] or {}
-    if pretraining.get("init_checkpoint"):
+    pretraining = recipe.pretraining
+    if pretraining is not None and pretraining.init_checkpoint:
         importer = CheckpointImporter(
-            architecture=recipe["architecture"],
-            checkpoint=_resolve_path(pretraining["init_checkpoint"]),
-            tokenizer_dir=(_resolve_path(pretraining["tokenizer_dir"])
-                           if pretraining.get("tokenizer_dir") else None),
-            sequence_length=recipe["finetuning"]["sequence_length"],
-            export_serving=recipe["runtime"]["export_every_stage"])
+            architecture=recipe.architecture,
+            checkpoint=_resolve_path(pretraining.init_checkpoint),
+            tokenizer_dir=(_resolve_path(pretraining.tokenizer_dir)
+                           if pretraining.tokenizer_dir else None),
+            sequence_length=recipe.finetuning.sequence_length,
+            export_serving=recipe.runtime.export_every_stage)
         return [importer], importer.outputs["model"], None, None
     corpus_gen = TextExampleGen(
-        input_config=_absolute_paths(recipe["data"]["corpus"])).with_id("CorpusExampleGen")
-    tokenizer = recipe["tokenizer"]
+        input_config=_absolute_paths(recipe.data.get("corpus"))).with_id("CorpusExampleGen")
+    tokenizer = recipe.tokenizer
     counted = [corpus_gen]
-    if "target_corpus" in tokenizer.get("learn_from", ()):
+    if "target_corpus" in tokenizer.learn_from:
         counted.append(target_gen)
     vocabulary_gen = VocabularyGen(
-        examples=corpus_gen.outputs["examples"], kind=tokenizer["kind"],
-        vocab_size=tokenizer["vocab_size"], lowercase=tokenizer["lowercase"],
-        strip_accents=tokenizer["strip_accents"], min_frequency=tokenizer["min_frequency"],
-        special_tokens=models.get(recipe["architecture"]).special_tokens,
+        examples=corpus_gen.outputs["examples"], kind=tokenizer.kind,
+        vocab_size=tokenizer.vocab_size, lowercase=tokenizer.lowercase,
+        strip_accents=tokenizer.strip_accents, min_frequency=tokenizer.min_frequency,
+        special_tokens=models.get(recipe.architecture).special_tokens,
         extra_examples=counted[1].outputs["examples"] if len(counted) > 1 else None)
-    if recipe["pretraining"] is None:  # trained from scratch on the task (e.g. RNNsearch)
+    if pretraining is None:  # trained from scratch on the task (e.g. RNNsearch)
         initializer = BackboneInitializer(
-            vocabulary_gen.outputs["vocabulary"], recipe["architecture"], recipe["preset"],
-            recipe["overrides"], recipe["runtime"]["seed"])
+            vocabulary_gen.outputs["vocabulary"], recipe.architecture, recipe.preset,
+            recipe.overrides, recipe.runtime.seed)
         return ([*counted, vocabulary_gen, initializer], initializer.outputs["model"],
                 vocabulary_gen.outputs["vocabulary"], None)
     corpus = corpus_gen.outputs["examples"]
@@ -239,10 +212,11 @@ def _pretraining_stage(recipe: dict, target_gen=None, graph=None, kg_embeddings=
     if graph is not None:
         linked = [knowledge.entity_linker(corpus, graph, ["text"], "CorpusEntityLinker")]
         corpus = linked[0].outputs["examples"]
-    pretraining_gen = _lm_example_gen(recipe, corpus, vocabulary_gen.outputs["vocabulary"])
+    pretraining_gen = _lm_example_gen(recipe.objective, corpus,
+                                      vocabulary_gen.outputs["vocabulary"])
     components = [*counted, vocabulary_gen, *linked, pretraining_gen]
     examples = pretraining_gen.outputs["pretraining_examples"]
-    if not recipe.get("teacher"):
+    if recipe.teacher is None:
         pretrainer = _trainer(recipe, "pretraining", examples,
                               kg_embeddings=kg_embeddings, graph=graph).with_id("Pretrainer")
         return (components + [pretrainer], pretrainer.outputs["model"],
@@ -255,36 +229,37 @@ def _pretraining_stage(recipe: dict, target_gen=None, graph=None, kg_embeddings=
             vocabulary_gen.outputs["vocabulary"], teacher)
 
 
-def _teacher_stage(recipe: dict, corpus, vocabulary) -> list:
+def _teacher_stage(recipe: Recipe, corpus, vocabulary) -> list:
     """Knowledge distillation (DistilBERT, TinyBERT): the teacher is pretrained on the same
     corpus and vocabulary with its own objective; the Distiller then trains the recipe's
     student against it."""
-    teacher = recipe["teacher"]
-    examples = _lm_example_gen(recipe, corpus, vocabulary, teacher["objective"]
+    examples = _lm_example_gen(recipe.objective, corpus, vocabulary, recipe.teacher.objective
                                ).with_id("TeacherExampleGen")
     trainer = _trainer(recipe, "pretraining", examples.outputs["pretraining_examples"],
-                       model=teacher).with_id("TeacherPretrainer")
+                       teacher=True).with_id("TeacherPretrainer")
     return [examples, trainer]
 
 
-def _target_lm_stage(recipe: dict, vocabulary, pretrained_model, target_gen) -> list:
+def _target_lm_stage(recipe: Recipe, vocabulary, pretrained_model, target_gen) -> list:
     """ULMFiT §3.2: the pretrained LM fine-tuned on the target task's text
     (``data.target_corpus``, ingested by ``target_gen``) with the ``lm_finetuning`` settings
     before the task fine-tuning; the FineTuner starts from the last component's model."""
-    target_lm_gen = _lm_example_gen(recipe, target_gen.outputs["examples"], vocabulary
-                                    ).with_id("LMFineTuningLMExampleGen")
+    target_lm_gen = _lm_example_gen(recipe.objective, target_gen.outputs["examples"],
+                                    vocabulary).with_id("LMFineTuningLMExampleGen")
     return [target_lm_gen, _trainer(
         recipe, "lm_finetuning", target_lm_gen.outputs["pretraining_examples"],
         base_model=pretrained_model).with_id("TargetLMFineTuner")]
 
 
-def create_components(recipe: dict, serving_dir: str) -> list:
-    remote_data.check_credentials(recipe)  # before anything lists a gs:// file
+def create_components(resolved: dict, serving_dir: str) -> list:
+    """The DAG's components for the resolved recipe ``resolved`` (`load_recipe`'s)."""
+    remote_data.check_credentials(resolved)  # before anything lists a gs:// file
+    recipe = Recipe.from_dict(resolved)
     target_gen = _target_corpus_gen(recipe)
-    kg_components, graph, kg_embeddings = knowledge.knowledge_stage(recipe)
-    if not knowledge.uses_knowledge(recipe):
+    kg_components, graph, kg_embeddings = knowledge.knowledge_stage(resolved)
+    if not knowledge.uses_knowledge(resolved):
         graph = kg_embeddings = None  # the graph's stages run, the model does not use them
-    linking = knowledge.links_entities(recipe)  # KagNet pretrains without the graph
+    linking = knowledge.links_entities(resolved)  # KagNet pretrains without the graph
     components, pretrained_model, vocabulary, teacher = _pretraining_stage(
         recipe, target_gen, graph if linking else None, kg_embeddings if linking else None)
     components = kg_components + components
@@ -294,33 +269,33 @@ def create_components(recipe: dict, serving_dir: str) -> list:
             components.append(target_gen)
         return target_gen.outputs["examples"]
 
-    if recipe.get("lm_finetuning"):
+    if recipe.lm_finetuning is not None:
         ingested_target()
         components += _target_lm_stage(recipe, vocabulary, pretrained_model, target_gen)
         pretrained_model = components[-1].outputs["model"]
-    task = task_record(recipe)
-    if task_kinds.for_recipe(recipe["finetuning"]["task"]).data_section == "task":
+    task = task_record(resolved)
+    if task_kinds.for_recipe(recipe.finetuning.task).data_section == "task":
         task_gen = TextExampleGen(input_config=task_input_config(
-            recipe["data"]["task"], (task or {}).get("num_classes"),
-            recipe["runtime"]["seed"])).with_id("TaskExampleGen")
+            recipe.data.get("task"), (task or {}).get("num_classes"),
+            recipe.runtime.seed)).with_id("TaskExampleGen")
         task_examples = task_gen.outputs["examples"]
         components.append(task_gen)
         if graph is not None:
             stage, task_examples = knowledge.task_knowledge_stage(
-                recipe, task_examples, graph, kg_embeddings)
+                resolved, task_examples, graph, kg_embeddings)
             components.extend(stage)
     else:
-        target_lm_gen = _lm_example_gen(recipe, ingested_target(), vocabulary
+        target_lm_gen = _lm_example_gen(recipe.objective, ingested_target(), vocabulary
                                         ).with_id("TargetLMExampleGen")
         task_examples = target_lm_gen.outputs["pretraining_examples"]
         components.append(target_lm_gen)
 
     teacher_finetuner = None
-    if teacher is not None and recipe["teacher"]["task_distillation"]:
+    if teacher is not None and recipe.teacher.task_distillation:
         # TinyBERT §3.2: the teacher is fine-tuned on the task, then the general student is
         # distilled on the task data against it.
         teacher_finetuner = _trainer(recipe, "finetuning", task_examples, task=task,
-                                     base_model=teacher, model=recipe["teacher"]
+                                     base_model=teacher, teacher=True
                                      ).with_id("TeacherFineTuner")
         components.append(teacher_finetuner)
 
@@ -337,11 +312,11 @@ def create_components(recipe: dict, serving_dir: str) -> list:
 
     finetuner = task_stage(pretrained_model, "FineTuner", "TaskDistiller")
     control = []
-    if recipe["evaluation"].get("control") == CONTROL_FROM_SCRATCH:
+    if recipe.evaluation.control == CONTROL_FROM_SCRATCH:
         # The transfer control: the same task stage from a fresh backbone shaped like the
         # pretrained one (its configuration and vocabulary), evaluated beside it.
         initializer = BackboneInitializer(base_model=pretrained_model,
-                                          seed=recipe["runtime"]["seed"]
+                                          seed=recipe.runtime.seed
                                           ).with_id("ControlInitializer")
         control = [initializer, task_stage(initializer.outputs["model"], "Control",
                                            "ControlTaskDistiller")]
@@ -350,20 +325,20 @@ def create_components(recipe: dict, serving_dir: str) -> list:
         model=Channel(type=standard_artifacts.Model),
         model_blessing=Channel(type=standard_artifacts.ModelBlessing),
     ).with_id("LatestBlessedModelResolver")
-    evaluation = recipe["evaluation"]
+    evaluation = recipe.evaluation
     evaluator = LMEvaluator(
         model=finetuner.outputs["model"], examples=task_examples,
-        baseline_model=baseline.outputs["model"], metric=evaluation["metric"],
-        threshold=evaluation["threshold"], batch_size=evaluation["batch_size"],
-        max_batches=evaluation["max_batches"],
+        baseline_model=baseline.outputs["model"], metric=evaluation.metric,
+        threshold=evaluation.threshold, batch_size=evaluation.batch_size,
+        max_batches=evaluation.max_batches,
         control_model=control[-1].outputs["model"] if control else None,
-        require_transfer_gain=bool(evaluation.get("require_transfer_gain")))
+        require_transfer_gain=bool(evaluation.require_transfer_gain))
     pusher = Pusher(
         model=finetuner.outputs["model"], model_blessing=evaluator.outputs["blessing"],
         custom_executor_spec=executor_spec.ExecutorClassSpec(pusher_executor.Executor),
         push_destination=pusher_pb2.PushDestination(
             filesystem=pusher_pb2.PushDestination.Filesystem(
-                base_directory=os.path.join(serving_dir, recipe["serving"]["model_name"]))))
+                base_directory=os.path.join(serving_dir, recipe.serving.model_name))))
     return components + [finetuner, *control, baseline, evaluator, pusher]
 
 

@@ -128,3 +128,136 @@ def test_console_script_reports_a_data_error_in_one_line(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         f"lmfactory: No input files match '{missing}' (-v shows the traceback)")
 
+
+
+def test_each_section_holds_its_defaults_and_the_resolved_recipe_resolves_to_itself():
+    from lmfactory.components.trainer.config import TrainerConfig
+    from lmfactory.recipe import (DEFAULTS, FinetuningStage, Recipe, Runtime, Tokenizer,
+                                  TrainingStage, load, validate)
+
+    recipe = load("bert_tiny_sst2")
+    assert isinstance(recipe, Recipe) and isinstance(recipe.finetuning, FinetuningStage)
+    assert recipe.runtime.beam.direct_num_workers == 2  # not in the YAML: a default
+    assert recipe.tokenizer.learn_from == ("corpus",) and recipe.teacher is None
+    assert DEFAULTS["tokenizer"] == Tokenizer.defaults() and "kind" not in DEFAULTS["tokenizer"]
+    # The optimiser's and runtime's defaults are the Trainer's own.
+    for key in ("batch_size", "learning_rate", "adam_beta_2", "adam_epsilon", "optimizer"):
+        assert TrainingStage.defaults()[key] == TrainerConfig.__dataclass_fields__[key].default
+    assert Runtime.defaults()["progress_seconds"] == TrainerConfig.progress_seconds
+    assert FinetuningStage.defaults()["learning_rate"] == 5e-5
+    for name in recipe_names():
+        resolved = load_recipe(name)
+        assert validate(resolved) == resolved == Recipe.from_dict(resolved).to_dict()
+
+
+@pytest.mark.parametrize("name, assignment, field, message", [
+    ("bert_tiny_sst2", "tokenizer.min_frequency=0", "tokenizer.min_frequency",
+     "must be a positive integer, got 0"),
+    ("bert_tiny_sst2", "tokenizer.lowercase=yes please", "tokenizer.lowercase",
+     "must be true or false"),
+    ("bert_tiny_sst2", "objective.ngram_masking=-1", "objective.ngram_masking",
+     "must be an integer >= 0 (the longest masked n-gram; 0 = off), got -1"),
+    ("bert_tiny_sst2", "objective.random_token_rate=0.5", "objective.random_token_rate",
+     "must not exceed 1"),
+    ("bert_tiny_sst2", "pretraining.warmup_fraction=0.995", "pretraining.warmup_fraction",
+     "must be a number in [0.0, 0.99], got 0.995"),
+    ("bert_tiny_sst2", "pretraining.init_checkpoint=3", "pretraining.init_checkpoint",
+     "must be the path of a checkpoint folder"),
+    ("bert_tiny_sst2", "finetuning.monitor=3", "finetuning.monitor",
+     "must be the name of a validation metric"),
+    ("bert_tiny_sst2", "finetuning.task_args=[1]", "finetuning.task_args",
+     "must be a mapping"),
+    ("ulmfit_sst2", "lm_finetuning.learning_rate=2", "lm_finetuning.learning_rate",
+     "must be a number in [1e-08, 1.0], got 2"),
+    ("distilbert_tiny_sst2", "teacher.pretraining.adam_beta_2=1", "teacher.pretraining.adam_beta_2",
+     "must be a number in [0.0, 0.999999], got 1"),
+    ("distilbert_tiny_sst2", "teacher.finetuning.keep=first", "teacher.finetuning.keep",
+     "must be one of last, best; got 'first'"),
+    ("bert_tiny_sst2", "evaluation.metric=bleu", "evaluation.metric", "must be one of"),
+    ("bert_tiny_sst2", "evaluation.batch_size=0", "evaluation.batch_size",
+     "must be a positive integer, got 0"),
+    ("bert_tiny_sst2", "serving.model_name=../up", "serving.model_name",
+     "must be a folder name"),
+    ("bert_tiny_sst2", "runtime.seed=-1", "runtime.seed", "must be an integer >= 0, got -1"),
+    ("bert_tiny_sst2", "runtime.beam.extra_args=--x", "runtime.beam.extra_args",
+     "must be a list of --flag=value strings"),
+    ("bert_tiny_sst2", "data.corpus.eval_fraction=2", "data.corpus.eval_fraction",
+     "must be a number in [0.0, 0.9], got 2"),
+])
+def test_each_section_names_a_bad_value_in_one_line(name, assignment, field, message):
+    with pytest.raises(RecipeError) as error:
+        load_recipe(name, [assignment])
+    assert error.value.field == field
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("name, assignment, field, suggestion", [
+    ("bert_tiny_sst2", "objective.max_seq_lenght=64", "objective.max_seq_lenght",
+     "objective.max_seq_length"),
+    ("bert_tiny_sst2", "evaluation.treshold=0.5", "evaluation.treshold", "evaluation.threshold"),
+    ("bert_tiny_sst2", "serving.model_nam=x", "serving.model_nam", "serving.model_name"),
+    ("bert_tiny_sst2", "serving.generation.temprature=2", "serving.generation.temprature",
+     "serving.generation.temperature"),
+    ("bert_tiny_sst2", "runtime.sed=3", "runtime.sed", "runtime.seed"),
+    ("ulmfit_sst2", "lm_finetuning.step=3", "lm_finetuning.step", "lm_finetuning.steps"),
+    ("ernie_fb15k237_sst2", "knowledge_graph.embedding.dims=8",
+     "knowledge_graph.embedding.dims", "knowledge_graph.embedding.dim"),
+    ("distilbert_tiny_sst2", "teacher.objectiv=mlm", "teacher.objectiv", "teacher.objective"),
+])
+def test_each_section_refuses_an_unknown_key(name, assignment, field, suggestion):
+    with pytest.raises(RecipeError) as error:
+        load_recipe(name, [assignment])
+    assert error.value.field == field
+    assert f"unknown key; did you mean {suggestion}?" in str(error.value)
+
+
+def test_knowledge_graph_sections_name_their_fields():
+    from lmfactory.components.knowledge_graph import settings
+    from lmfactory.recipe.knowledge import Embedding, Linking
+
+    with pytest.raises(RecipeError) as error:
+        Embedding.from_dict({**settings.EMBEDDING_DEFAULTS, "norm": 3})
+    assert error.value.field == "knowledge_graph.embedding.norm"
+    with pytest.raises(RecipeError) as error:
+        Linking.from_dict({**settings.LINKING_DEFAULTS, "max_ngram": 0})
+    assert error.value.field == "knowledge_graph.linking.max_ngram"
+    assert Embedding.from_dict(settings.EMBEDDING_DEFAULTS).to_dict() == \
+        settings.EMBEDDING_DEFAULTS
+
+
+def test_a_training_stage_gives_the_trainer_its_settings():
+    """The stage section writes the Trainer's custom_config: the stage's own values, the
+    runtime's, and the Trainer's defaults for what a stage does not choose."""
+    from lmfactory.components.trainer.config import TrainerConfig
+    from lmfactory.pipelines.pipeline import _trainer_config
+    from lmfactory.recipe import load
+
+    recipe = load("distilbert_tiny_sst2", ["pretraining.learning_rate=0.002",
+                                           "runtime.seed=7", "finetuning.keep=best"])
+    resolved = recipe.to_dict()
+    pretraining = TrainerConfig.from_dict(recipe.trainer_config("pretraining"))
+    assert (pretraining.learning_rate, pretraining.seed, pretraining.keep) == (0.002, 7, "last")
+    assert pretraining.task_args == resolved["pretraining"]["task_args"]
+    assert recipe.trainer_config("pretraining") == _trainer_config(
+        resolved, resolved["pretraining"], None)
+    finetuning = recipe.trainer_config("finetuning", task={"kind": "x"}, serves=True)
+    assert (finetuning["keep"], finetuning["export_serving"], finetuning["task"]) == (
+        "best", True, {"kind": "x"})
+    teacher = recipe.trainer_config("pretraining", teacher=True)
+    assert teacher["architecture"] == recipe.teacher.architecture == "bert"
+    assert teacher["task_args"] == {} and "task_args" not in resolved["teacher"]["pretraining"]
+    assert teacher["learning_rate"] == 0.002  # the student's, which the teacher did not set
+
+
+def test_cli_validate_prints_the_resolved_recipe(capsys, tmp_path):
+    import yaml
+
+    assert cli.main(["validate", "ulmfit_sst2", "--print", "--set", "finetuning.steps=7"]) == 0
+    printed = capsys.readouterr().out
+    resolved = load_recipe("ulmfit_sst2", ["finetuning.steps=7"])
+    assert yaml.safe_load(printed) == resolved
+    assert resolved["runtime"]["beam"]["direct_running_mode"] == "auto"  # defaults filled
+    (tmp_path / "printed.yaml").write_text(printed)
+    assert load_recipe(str(tmp_path / "printed.yaml")) == resolved  # it loads as it is
+    assert cli.main(["validate", "ulmfit_sst2"]) == 0
+    assert capsys.readouterr().out == "recipe ulmfit_sst2 is valid\n"

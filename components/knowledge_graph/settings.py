@@ -1,5 +1,6 @@
-"""The settings of the recipe's ``knowledge_graph`` section (no TensorFlow here: recipe.py
-checks them): formats, embedding methods and their defaults, linking defaults."""
+"""The settings of the recipe's ``knowledge_graph`` section (no TensorFlow here:
+recipe/knowledge.py checks them): formats, embedding methods and their defaults, linking
+defaults."""
 
 FORMATS = ("tsv", "conceptnet")
 METHODS = ("transe",)

@@ -10,8 +10,22 @@ from lmfactory.components.trainer.precision import check_precision
 from lmfactory.components.trainer.strategy import STRATEGIES
 
 
-# The learning rates a stage accepts, the recipe's check included (recipe.py).
+# The bounds of a training stage's settings, closed intervals [low, high]: the Trainer
+# checks them here and the recipe's training stage section (recipe/stages.py) with one-line
+# errors naming the field, so a value the recipe accepts is one the Trainer accepts.
 LEARNING_RATE_RANGE = (1e-8, 1.0)
+WARMUP_FRACTION_RANGE = (0.0, 0.99)  # some steps after the warmup
+WEIGHT_DECAY_RANGE = (0.0, 1.0)
+ADAM_BETA_RANGE = (0.0, 0.999999)
+ADAM_EPSILON_RANGE = (1e-12, 1.0)
+CLIP_NORM_RANGE = (0.0, 1e9)  # 0: no clipping
+FINAL_LEARNING_RATE_FRACTION_RANGE = (0.0, 1.0)
+PROGRESS_SECONDS_RANGE = (0.001, 1e9)
+
+
+def _out_of(value, bounds: tuple) -> bool:
+    return not bounds[0] <= value <= bounds[1]
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainerConfig:
@@ -44,7 +58,7 @@ class TrainerConfig:
     validate_checkpoints: bool = True
     keep: str = "last"
     monitor: str = DEFAULT_MONITOR
-    progress_seconds: float | None = 30.0  # a progress line at least this often
+    progress_seconds: float | None = 30  # a progress line at least this often
     seed: int = 0
     generation: dict = dataclasses.field(default_factory=dict)
     # Whether the Model artifact gets its serving SavedModel (Format-Serving/). The pipeline
@@ -77,28 +91,25 @@ class TrainerConfig:
     def validate(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        low, high = LEARNING_RATE_RANGE
-        if not low <= self.learning_rate <= high:
-            raise ValueError(f"learning_rate must be in [{low}, {high}], got "
-                             f"{self.learning_rate}")
-        if not 0 <= self.warmup_fraction < 1:
-            raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction}")
-        for name in ("adam_beta_1", "adam_beta_2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if not self.adam_epsilon > 0:
-            raise ValueError(f"adam_epsilon must be positive, got {self.adam_epsilon}")
-        if self.clip_norm is not None and not self.clip_norm >= 0:
-            raise ValueError(f"clip_norm must be >= 0 (0 or None: no clipping), got "
+        for name, bounds in (("learning_rate", LEARNING_RATE_RANGE),
+                             ("warmup_fraction", WARMUP_FRACTION_RANGE),
+                             ("weight_decay", WEIGHT_DECAY_RANGE),
+                             ("adam_beta_1", ADAM_BETA_RANGE), ("adam_beta_2", ADAM_BETA_RANGE),
+                             ("adam_epsilon", ADAM_EPSILON_RANGE),
+                             ("final_learning_rate_fraction",
+                              FINAL_LEARNING_RATE_FRACTION_RANGE)):
+            if _out_of(getattr(self, name), bounds):
+                raise ValueError(f"{name} must be in [{bounds[0]}, {bounds[1]}], got "
+                                 f"{getattr(self, name)}")
+        if self.clip_norm is not None and _out_of(self.clip_norm, CLIP_NORM_RANGE):
+            raise ValueError(f"clip_norm must be in [{CLIP_NORM_RANGE[0]}, "
+                             f"{CLIP_NORM_RANGE[1]}] (0 or None: no clipping), got "
                              f"{self.clip_norm}")
         if self.learning_rate_decay not in DECAYS:
             raise ValueError(f"learning_rate_decay must be one of {DECAYS}, got "
                              f"{self.learning_rate_decay!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if not 0 <= self.final_learning_rate_fraction <= 1:
-            raise ValueError(f"final_learning_rate_fraction must be in [0, 1], got "
-                             f"{self.final_learning_rate_fraction}")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         check_precision(self.precision)
@@ -109,8 +120,10 @@ class TrainerConfig:
         if self.keep == "best" and not self.validate_checkpoints:
             raise ValueError("keep: best needs validate_checkpoints (the validation at each "
                              "checkpoint)")
-        if self.progress_seconds is not None and not self.progress_seconds > 0:
-            raise ValueError(f"progress_seconds must be positive, got {self.progress_seconds}")
+        if self.progress_seconds is not None and _out_of(self.progress_seconds,
+                                                         PROGRESS_SECONDS_RANGE):
+            raise ValueError(f"progress_seconds must be in [{PROGRESS_SECONDS_RANGE[0]}, "
+                             f"{PROGRESS_SECONDS_RANGE[1]}], got {self.progress_seconds}")
         if self.task is not None:
             from lmfactory.components import tasks as task_kinds
 

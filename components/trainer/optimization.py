@@ -7,7 +7,7 @@ excluded from weight decay, as both reference implementations do. GPT-3's settin
 (Brown et al. 2020, Appendix B: beta2 0.95, eps 1e-8, clip 1.0, weight decay 0.1, linear
 warmup then cosine decay to 10% of the peak) are the same optimiser with ``beta_2``,
 ``epsilon``, ``weight_decay``, ``decay="cosine"`` and ``final_learning_rate_fraction``;
-recipes set them per stage (``pretraining.adam_beta_2`` etc., see ``recipe.py``).
+recipes set them per stage (``pretraining.adam_beta_2`` etc., see ``recipe/stages.py``).
 
 ``decay="inverse_sqrt"`` selects the inverse-square-root schedule of Vaswani et al. 2017
 (§5.3, `InverseSqrtDecay`): linear warmup, then decay proportional to step^-0.5; the

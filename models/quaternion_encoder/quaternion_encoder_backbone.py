@@ -101,7 +101,7 @@ class QuaternionEncoderBackbone(Backbone):
 
     @classmethod
     def check_arguments(cls, config: dict) -> None:
-        """Checks a recipe's backbone config before any stage runs (recipe.py): with
+        """Checks a recipe's backbone config before any stage runs (recipe/document.py): with
         ``quaternion`` on, hidden_dim, intermediate_dim and the head width must be multiples
         of 4. Raises ValueError."""
         check_quaternion_config(config)
