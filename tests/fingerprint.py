@@ -5,10 +5,12 @@ For each recipe in ``recipes/``: the backbone the recipe builds (architecture, p
 overrides, a small vocabulary), the pretraining task model of its objective (with its
 teacher for a distillation) trained two steps on synthetic records read back through the
 objective's reader, and the fine-tuning task model of its task kind (a classifier, a
-regression head, a tagger, a span extractor, a multiple-choice head, a task distiller or the
-continued language model) called on synthetic inputs and, where its labels are simple,
-trained one step. Recorded: a hash of every weight (path, shape, bytes), hashes and sums of
-the outputs, and the losses.
+regression head, a tagger, a span extractor, a multiple-choice head, a task distiller, the
+multi-label entity typer or relation classifier over the marked text, the ``seq2seq_lm`` of
+translation and text-to-text, or the continued language model) built as the kind's own
+``train`` builds it (components/tasks/), called on synthetic inputs and, where its labels
+are simple, trained one step. Recorded: a hash of every weight (path, shape, bytes), hashes
+and sums of the outputs, and the losses.
 
     python tests/fingerprint.py --out /tmp/before.json
     python tests/fingerprint.py --out /tmp/after.json --compare /tmp/before.json
@@ -60,6 +62,11 @@ def _classifier_distiller_cls(architecture: str):
     return models.get(architecture).head("classification_distillation")  # registry API
 
 
+def _seq2seq_lm(architecture: str, backbone):
+    from lmfactory import models
+    return models.get(architecture).head("seq2seq_lm")(backbone)  # registry API
+
+
 def _tagger(backbone, num_labels, task_args):
     from lmfactory import models
     arch = models.registry.find_by_backbone(backbone)  # registry API
@@ -77,6 +84,14 @@ def _multiple_choice(architecture, backbone, num_choices, task_args):
     if hasattr(head, "head_task_args"):  # a head whose recipe task_args are partly its data's
         task_args = head.head_task_args(task_args)
     return head(backbone, num_choices=num_choices, **task_args)
+
+
+def _marker_args(task: str) -> tuple:
+    """The ``task_args`` of a marked-text kind that go to its preprocessor, not its head."""
+    from lmfactory.components.tasks import entity_typing, relation_classification
+    return {"entity_typing": (entity_typing.MARKER_ARG,),  # registry API
+            "relation_classification": relation_classification.MARKER_ARGS,  # registry API
+            }[task]
 
 
 def _computes_own_loss(model) -> bool:
@@ -268,7 +283,7 @@ def finetuning_fingerprint(recipe: dict, vocab: int, pretrained, workdir: str, k
     backbone = _finetuning_backbone(recipe, vocab, pretrained)
     vocab = int(backbone.get_config()["vocabulary_size"])
     config = _trainer_config(recipe, "finetuning")
-    labels = None
+    labels = weights = None
     if task in ("causal_lm", "word_vectors"):  # continued training on the objective
         objective = recipe["objective"]["name"]
         data_config = _data_config(recipe, objective, vocab, kind)
@@ -293,6 +308,15 @@ def finetuning_fingerprint(recipe: dict, vocab: int, pretrained, workdir: str, k
         model = _classifier_cls(recipe["architecture"])(backbone, num_classes=outputs,
                                                         **task_args)
         labels = np.array([0.3, 2.5], "float32") if task == "regression" else np.array([0, 1])
+    elif task in ("entity_typing", "relation_classification"):
+        # The classification head over the marked text; entity typing: one sigmoid per type
+        # (binary cross-entropy of the multi-hot types), relation classification: softmax.
+        head_args = {k: v for k, v in task_args.items() if k not in _marker_args(task)}
+        model = _classifier_cls(recipe["architecture"])(backbone, num_classes=3, **head_args)
+        labels = (np.array([[1, 0, 1], [0, 1, 0]], "float32") if task == "entity_typing"
+                  else np.array([0, 2]))
+    elif task in ("translation", "text_to_text"):  # teacher forcing on the decoder ids
+        model = _seq2seq_lm(recipe["architecture"], backbone)
     elif task == "tagging":
         model = _tagger(backbone, 5, task_args)
     elif task == "span_qa":
@@ -303,6 +327,9 @@ def finetuning_fingerprint(recipe: dict, vocab: int, pretrained, workdir: str, k
         raise ValueError(f"fingerprint: unknown task {task!r}")
     if task == "regression":
         model.compile(optimizer=_optimizer(config), loss=keras.losses.MeanSquaredError())
+    elif task == "entity_typing":
+        model.compile(optimizer=_optimizer(config),
+                      loss=keras.losses.BinaryCrossentropy(from_logits=True))
     elif _computes_own_loss(model) or labels is None:
         model.compile(optimizer=_optimizer(config))
     else:
@@ -311,10 +338,13 @@ def finetuning_fingerprint(recipe: dict, vocab: int, pretrained, workdir: str, k
     x = synthetic_inputs(getattr(model, "classifier", model), vocab)
     if hasattr(model, "synthetic_inputs"):  # inputs of its own (KagNet's graphs)
         x.update(model.synthetic_inputs(BATCH))
+    if task in ("translation", "text_to_text"):  # targets: the decoder ids shifted left
+        labels = np.roll(x["decoder_token_ids"], -1, axis=1)
+        weights = x["decoder_padding_mask"].astype("float32")
     result = {"task_model": type(model).__name__,
               "outputs": outputs_fingerprint(model(x, training=False))}
     if labels is not None:
-        result["losses"] = [_floats(model.train_on_batch(x, labels))]
+        result["losses"] = [_floats(model.train_on_batch(x, labels, sample_weight=weights))]
     result["weights_after"] = weights_fingerprint(model)
     return result
 
