@@ -83,14 +83,14 @@ def main(argv=None) -> dict:
     from lmfactory.components.concept_paths import cooccurrence
     from lmfactory.components.concept_paths.grounding import (
         SchemaGraphBuilder, concept_graph_of)
-    from lmfactory.components.example_gen.multiple_choice import read_commonsenseqa
+    from lmfactory.components.example_gen.multiple_choice_readers import read_commonsenseqa
     from lmfactory.components.knowledge_graph import transe
     from lmfactory.components.knowledge_graph.graph import build_graph
     from lmfactory.components.trainer.optimization import make_optimizer
     from lmfactory.components.vocabulary import wordpiece
     from lmfactory.models.classifier_preprocessor import classifier_preprocessor
     from lmfactory.models.kagnet.kagnet_multiple_choice import KagNetMultipleChoice
-    from lmfactory.models.tasks.multiple_choice import MultipleChoice
+    from lmfactory.models.tasks.multiple_choice_head import MultipleChoice
     from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
     from lmfactory.models.tokenizers import load_tokenizer
 

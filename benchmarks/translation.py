@@ -59,7 +59,7 @@ from lmfactory.components.evaluator import report as report_lib  # noqa: E402
 from lmfactory.components.example_gen.parallel import split_punctuation  # noqa: E402
 from lmfactory.components.tasks import translation  # noqa: E402
 from lmfactory.components.trainer.optimization import InverseSqrtDecay  # noqa: E402
-from lmfactory.components.trainer.translation_serving import TranslationServing  # noqa: E402
+from lmfactory.components.tasks.translation_serving import TranslationServing  # noqa: E402
 from lmfactory.components.vocabulary import executor as vocabulary_executor  # noqa: E402
 
 MULTI30K = os.path.join(os.path.dirname(common.REPO), "shared", "data", "multi30k")

@@ -156,7 +156,7 @@ class Evaluation(Section):
 @dataclasses.dataclass(frozen=True)
 class Generation(Section):
     """``serving.generation``: the settings of a causal LM's ``generate_default``
-    signature (components/trainer/generation_serving.py checks them at export)."""
+    signature (components/tasks/language_model_serving.py checks them at export)."""
 
     max_length: int = 64
     sampler: str = "top_k"

@@ -267,10 +267,10 @@ def test_evaluate_checks_the_data_against_the_models_task(pushed, tmp_path, caps
 
 def test_predict_multiple_choice_takes_a_row_of_choices(pushed, tmp_path):
     """Surplus tab-separated fields, or a JSON list, become the [batch, choices] input of a
-    multiple-choice SavedModel (components/trainer/multiple_choice_serving.py)."""
-    from lmfactory.components.trainer.multiple_choice_serving import (
+    multiple-choice SavedModel (components/tasks/multiple_choice_serving.py)."""
+    from lmfactory.components.tasks.multiple_choice_serving import (
         export_multiple_choice_model)
-    from lmfactory.models.tasks.multiple_choice import MultipleChoice
+    from lmfactory.models.tasks.multiple_choice_head import MultipleChoice
     from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
 
     keras.utils.set_random_seed(4)

@@ -399,7 +399,7 @@ def test_preprocessor_lowercases_characters_only_with_a_lowercased_vocabulary():
 
 
 def test_tagging_preprocessor_characters_follow_the_words_and_the_tagger_serves(tmp_path):
-    from lmfactory.components.trainer.tagging_serving import export_tagger
+    from lmfactory.components.tasks.tagging_serving import export_tagger
     from lmfactory.models.elmo import ElmoTaggingPreprocessor
 
     layer = ElmoTaggingPreprocessor(word_tokenizer(), ["O", "B-x"], sequence_length=5,

@@ -1,7 +1,7 @@
 """Generation shared by every decoder (models/generation.py and its decoding-state protocol,
 models/decoder_cache.py, the Transformers' state), a recurrent toy decoder proving the
 protocol is not Transformer-specific, and the causal-LM SavedModel
-(components/trainer/generation_serving.py)."""
+(components/tasks/language_model_serving.py)."""
 
 import collections
 import importlib.util
@@ -15,7 +15,7 @@ import tensorflow_text  # noqa: F401  (registers the tokenizer ops the SavedMode
 from keras import ops
 
 from lmfactory import models
-from lmfactory.components.trainer import generation_serving
+from lmfactory.components.tasks import language_model_serving
 from lmfactory.components.trainer.export import export_serving_model
 from lmfactory.components.vocabulary import bpe
 from lmfactory.models import decoder_cache
@@ -641,7 +641,7 @@ def test_served_greedy_equals_generate_ids(served):
 def test_every_sampler_serves_within_max_length(served):
     serve, tokenizer = served["loaded"].signatures["serving_default"], served["tokenizer"]
     prompt_tokens = [len(np.asarray(tokenizer(text))) for text in SERVING_PROMPTS]
-    for sampler in generation_serving.SAMPLERS:
+    for sampler in language_model_serving.SAMPLERS:
         out = serve(**_request(sampler=sampler, max_length=11, temperature=1.5, k=4, p=0.7))
         texts = out["generated_text"].numpy()
         counts = out["num_generated_tokens"].numpy()
@@ -699,8 +699,9 @@ def test_bad_requests_fail_with_a_message(served, change, message):
 
 
 def test_generation_settings_fill_and_check_the_recipe_block():
-    assert generation_serving.generation_settings({}) == generation_serving.GENERATION_DEFAULTS
-    settings = generation_serving.generation_settings({"sampler": "top_k", "k": 10,
+    assert (language_model_serving.generation_settings({})
+            == language_model_serving.GENERATION_DEFAULTS)
+    settings = language_model_serving.generation_settings({"sampler": "top_k", "k": 10,
                                                        "temperature": 1, "max_length": 64})
     assert settings["temperature"] == 1.0 and settings["num_beams"] == 4
     for block, message in [({"sampler": "nucleus"}, "serving.generation.sampler"),
@@ -711,4 +712,4 @@ def test_generation_settings_fill_and_check_the_recipe_block():
                            ({"num_beams": 0}, "serving.generation.num_beams"),
                            ({"top_k": 3}, r"unknown key\(s\) \['top_k'\]")]:
         with pytest.raises(ValueError, match=message):
-            generation_serving.generation_settings(block)
+            language_model_serving.generation_settings(block)

@@ -15,7 +15,7 @@ from lmfactory import models
 from lmfactory.components.concept_paths.cooccurrence import (
     commonsenseqa_stems, cooccurrence_assertions, write_conceptnet_csv)
 from lmfactory.components.concept_paths.grounding import SchemaGraphBuilder, concept_graph_of
-from lmfactory.components.example_gen.multiple_choice import read_commonsenseqa
+from lmfactory.components.example_gen.multiple_choice_readers import read_commonsenseqa
 from lmfactory.models.kagnet.kagnet_graph import ConceptGraph, build_concept_graph
 from lmfactory.models.kagnet.kagnet_layers import HierarchicalPathAttention
 from lmfactory.models.kagnet.kagnet_multiple_choice import KagNetMultipleChoice
@@ -263,7 +263,7 @@ def test_gcn_layer_averages_neighbours_as_in_section_3_2():
 
 def test_beam_batches_count_malformed_and_graphless_questions():
     from lmfactory.components.concept_paths.component import add_schema_graphs
-    from lmfactory.components.example_gen.multiple_choice import (
+    from lmfactory.components.example_gen.multiple_choice_readers import (
         MultipleChoiceExample, to_tf_example)
 
     labels = [["apple"], ["tree"], ["fruit"], ["red"], ["leaf"], ["car"], ["road"], ["sky"]]

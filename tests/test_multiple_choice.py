@@ -12,17 +12,16 @@ import tensorflow_text  # noqa: F401  (registers the tokenizer ops a loaded Save
 from keras import ops
 
 from lmfactory import models
-from lmfactory.components.example_gen import multiple_choice as mc_data
-from lmfactory.components.example_gen.multiple_choice import (MultipleChoiceDataError,
-                                                              read_commonsenseqa,
-                                                              read_multiple_choice, read_swag)
-from lmfactory.components.trainer.multiple_choice import (choice_accuracy,
-                                                          make_multiple_choice_dataset)
-from lmfactory.components.trainer.multiple_choice_serving import (
+from lmfactory.components.example_gen import multiple_choice_readers as mc_data
+from lmfactory.components.example_gen.multiple_choice_readers import (
+    MultipleChoiceDataError, read_commonsenseqa, read_multiple_choice, read_swag)
+from lmfactory.components.tasks.multiple_choice_data import (choice_accuracy,
+                                                             make_multiple_choice_dataset)
+from lmfactory.components.tasks.multiple_choice_serving import (
     SERVING_SIGNATURE, export_multiple_choice_model)
 from lmfactory.components.vocabulary import wordpiece
 from lmfactory.models.classifier_preprocessor import ClassifierPreprocessor
-from lmfactory.models.tasks.multiple_choice import MultipleChoice
+from lmfactory.models.tasks.multiple_choice_head import MultipleChoice
 from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
 from lmfactory.models.tokenizers import load_tokenizer, write_tokenizer_config
 

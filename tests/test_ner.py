@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from lmfactory import models
 from lmfactory.components.example_gen import conll, formats
-from lmfactory.components.trainer.tagging_serving import SERVING_SIGNATURE, export_tagger
+from lmfactory.components.tasks.tagging_serving import SERVING_SIGNATURE, export_tagger
 from lmfactory.models.tasks.ner_training import predict_tags, tagging_dataset
 from lmfactory.models.tasks.token_classification_preprocessor import (
     TokenClassificationPreprocessor, word_predictions)

@@ -15,7 +15,7 @@ import tensorflow_text  # noqa: F401  (ops used by the serving graph)
 
 from lmfactory.components.concept_paths.cooccurrence import (
     commonsenseqa_stems, cooccurrence_assertions, write_conceptnet_csv)
-from lmfactory.components.example_gen import multiple_choice
+from lmfactory.components.example_gen import multiple_choice_readers
 from lmfactory.models.kagnet.kagnet_graph import ConceptGraph
 from lmfactory.pipelines import runners
 from lmfactory.recipe import load_recipe
@@ -71,7 +71,7 @@ def test_kagnet_dag_pushes_a_model_that_grounds_raw_questions(tmp_path, shared_d
     for name in ("row_splits", "targets", "relations", "log_scores"):
         np.testing.assert_array_equal(getattr(beam_graph, name), getattr(trained_graph, name))
 
-    questions = multiple_choice.read_commonsenseqa(str(dev))
+    questions = multiple_choice_readers.read_commonsenseqa(str(dev))
     serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
     outputs = serve(context=tf.constant([e.context for e in questions]),
                     choices=tf.constant([list(e.choices) for e in questions]))

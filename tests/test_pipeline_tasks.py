@@ -14,7 +14,7 @@ import tensorflow_text  # noqa: F401  (ops used by the serving graphs)
 
 from lmfactory.components.evaluator import squad_metrics
 from lmfactory.components.evaluator.entity_metrics import entity_scores
-from lmfactory.components.example_gen import conll, multiple_choice, squad
+from lmfactory.components.example_gen import conll, multiple_choice_readers, squad
 from lmfactory.components.trainer.model_artifact import read_model_config
 from lmfactory.pipelines import runners
 from lmfactory.recipe import RecipeError, load_recipe
@@ -173,7 +173,7 @@ def test_multiple_choice_dag_picks_among_raw_choices(recipe_name, tmp_path, shar
         _pretrained_on_a_small_corpus(tmp_path) if recipe_name.startswith("gpt1") else None)
     assert model_config["task"]["num_choices"] == 5
     outcome = summary["evaluation"]
-    dev = multiple_choice.read_commonsenseqa(str(tmp_path / "dev.jsonl"))
+    dev = multiple_choice_readers.read_commonsenseqa(str(tmp_path / "dev.jsonl"))
     assert outcome["metrics"]["examples"] == len(dev) == 32
     serve = tf.saved_model.load(summary["pushed_model"]).signatures["serving_default"]
     outputs = serve(context=tf.constant([e.context for e in dev]),

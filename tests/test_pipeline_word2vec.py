@@ -14,7 +14,7 @@ import tensorflow_text  # noqa: F401  (ops used by the serving graph)
 
 from dag_helpers import TINY_TRAINING, small_corpus
 from lmfactory.components.trainer.model_artifact import read_model_config
-from lmfactory.components.trainer.word_vector_serving import (
+from lmfactory.components.tasks.word_vectors_serving import (
     NEIGHBOURS_SIGNATURE, WordVectorServing, save_word_vectors)
 from lmfactory.models.tokenizers.word import WordTokenizer
 from lmfactory.pipelines import runners

@@ -251,7 +251,7 @@ def _span_qa(folder, vocab: dict):
 
 
 def _multiple_choice(folder, vocab: dict):
-    from lmfactory.components.trainer.multiple_choice import make_multiple_choice_dataset
+    from lmfactory.components.tasks.multiple_choice_data import make_multiple_choice_dataset
     from lmfactory.models.tasks.multiple_choice_preprocessor import (
         MultipleChoicePreprocessor)
 

@@ -1,5 +1,5 @@
 """ConceptPaths: a Beam TFX component running KagNet's §3.1 stages over multiple-choice
-Examples (``context``, ``choices``, ``label``; components/example_gen/multiple_choice.py).
+Examples (``context``, ``choices``, ``label``; components/example_gen/multiple_choice_readers.py).
 
 For each question and each of its C choices: concept recognition (the question's and the
 choice's words grounded in KG concepts by label n-gram matching), path finding between

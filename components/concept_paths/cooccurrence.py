@@ -69,7 +69,7 @@ def write_conceptnet_csv(assertions, path: str) -> int:
 
 def commonsenseqa_stems(path: str, limit: int | None = None) -> list:
     """The question stems of a CommonsenseQA file (never the answers)."""
-    from lmfactory.components.example_gen.multiple_choice import read_commonsenseqa
+    from lmfactory.components.example_gen.multiple_choice_readers import read_commonsenseqa
 
     examples = read_commonsenseqa(path, require_labels=False).examples
     return [e.context for e in examples[:limit]]

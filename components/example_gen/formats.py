@@ -35,7 +35,7 @@ JSONL_FORMAT = "jsonl"
 TFDS_FORMAT = "tfds"
 # Task formats: CoNLL tagging files (a record per sentence, conll.py), and whole-file formats
 # whose file is read by its task reader, one record per question: SQuAD JSON (squad.py),
-# CommonsenseQA JSONL and SWAG CSV (multiple_choice.py).
+# CommonsenseQA JSONL and SWAG CSV (multiple_choice_readers.py).
 CONLL_FORMAT = "conll"
 SQUAD_FORMAT = "squad"
 COMMONSENSEQA_FORMAT = "commonsenseqa"

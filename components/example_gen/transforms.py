@@ -15,8 +15,8 @@ from apache_beam.transforms import window
 from apache_beam.utils import windowed_value
 from tensorflow.core.example import example_pb2
 
-from lmfactory.components.example_gen import (conll, formats, multiple_choice, parallel,
-                                              sampling, squad)
+from lmfactory.components.example_gen import (conll, formats, multiple_choice_readers,
+                                              parallel, sampling, squad)
 from lmfactory.components.example_gen.counts import (METRICS_NAMESPACE, merge_split_counts,
                                                      parse_step_label, write_json_file)
 from lmfactory.components.example_gen.ingest_config import (EVAL_SPLIT, TRAIN_SPLIT,
@@ -78,10 +78,11 @@ def whole_file_records(path: str, options: formats.FormatOptions) -> Iterator[Ra
             else:
                 yield RawRecord(path, example.SerializeToString())
         return
-    data = multiple_choice.read_multiple_choice(path, format=options.format,
-                                                require_labels=True)
+    data = multiple_choice_readers.read_multiple_choice(path, format=options.format,
+                                                        require_labels=True)
     for example in data.examples:
-        yield RawRecord(path, multiple_choice.to_tf_example(example).SerializeToString())
+        yield RawRecord(path,
+                        multiple_choice_readers.to_tf_example(example).SerializeToString())
     for line in data.malformed:
         yield RawRecord(path, None, bad=str(line))
 

@@ -146,7 +146,7 @@ def raw_inputs(input_specs: dict, examples: list, model_config: dict,
     """``{input name: numpy value}`` of one signature (``input_specs``: name -> TensorSpec)
     from the examples (see the module docstring). Raises ValueError naming an input none of
     the rules fills."""
-    from lmfactory.components.trainer.generation_serving import generation_settings
+    from lmfactory.components.tasks.language_model_serving import generation_settings
 
     task = model_config.get("task") or {}
     settings = generation_settings(model_config.get("generation"))

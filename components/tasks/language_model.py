@@ -174,9 +174,9 @@ def train(context) -> dict:
 
 def export(task_model, preprocessor, vocab_dir: str, model_config: dict,
            export_dir: str) -> None:
-    """A causal LM: the generation signatures (generation_serving.py); any other: the
+    """A causal LM: the generation signatures (language_model_serving.py); any other: the
     backbone's encodings of raw text through the architecture's packing."""
-    from lmfactory.components.trainer.generation_serving import export_generator
+    from lmfactory.components.tasks.language_model_serving import export_generator
     from lmfactory.components.trainer.serving import EncoderServing, save_serving_module
     from lmfactory.models.classifier_preprocessor import classifier_preprocessor
 

@@ -3,7 +3,7 @@
 
 BERT §4.4: one ``[CLS] context [SEP] choice [SEP]`` sequence per choice, each scored from
 its pooled [CLS] vector by one dense layer, a softmax across the C choices
-(``models/tasks/multiple_choice.py``). C comes from the format: CommonsenseQA 5, SWAG 4.
+(``models/tasks/multiple_choice_head.py``). C comes from the format: CommonsenseQA 5, SWAG 4.
 
 An architecture with its own task input transformations (a registry ``multiple_choice``
 head and preprocessor: GPT-1, Radford et al. 2018 §3.3 "Question Answering and
@@ -56,7 +56,7 @@ def check_recipe(check, recipe: dict, arch) -> None:
 
 
 def train(context) -> dict:
-    from lmfactory.components.trainer.multiple_choice import make_multiple_choice_dataset
+    from lmfactory.components.tasks.multiple_choice_data import make_multiple_choice_dataset
     from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
 
     from lmfactory import models
@@ -100,7 +100,7 @@ def train(context) -> dict:
 
 def export(task_model, preprocessor, vocab_dir: str, model_config: dict,
            export_dir: str) -> None:
-    from lmfactory.components.trainer.multiple_choice_serving import (
+    from lmfactory.components.tasks.multiple_choice_serving import (
         export_multiple_choice_model)
 
     del vocab_dir  # the preprocessor holds the tokenizer

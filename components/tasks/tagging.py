@@ -89,7 +89,7 @@ def train(context) -> dict:
 
 def export(task_model, preprocessor, vocab_dir: str, model_config: dict,
            export_dir: str) -> None:
-    from lmfactory.components.trainer.tagging_serving import export_tagger
+    from lmfactory.components.tasks.tagging_serving import export_tagger
 
     del vocab_dir, model_config  # the preprocessor holds the tokenizer and the tag set
     export_tagger(preprocessor, task_model, export_dir)

@@ -33,7 +33,7 @@ import tensorflow as tf
 from lmfactory.components.tasks import registry
 from lmfactory.components.tasks.translation import END_ROLE, START_ROLE
 from lmfactory.components.trainer import task_data
-from lmfactory.components.trainer.translation_serving import TranslationServing
+from lmfactory.components.tasks.translation_serving import TranslationServing
 
 TEXT_TO_TEXT = registry.register(registry.TaskKind(
     name="text_to_text", module=__name__, metrics=("exact_match",),

@@ -2,7 +2,7 @@
 ``parallel`` format, components/example_gen/parallel.py) -> the architecture's
 ``seq2seq_lm`` head trained by teacher forcing (the mean negative log-likelihood of each
 reference word given the source and the reference prefix, §2.1) -> a SavedModel that
-translates raw sentences (components/trainer/translation_serving.py) -> corpus BLEU with
+translates raw sentences (components/tasks/translation_serving.py) -> corpus BLEU with
 sacreBLEU (Post 2018; default 13a tokenization) of the served translations against the
 references (punctuation attached again, as the served text has it), plus one
 sentence's attention weights (the paper's Figure 3 heat map) in the evaluation report.
@@ -117,7 +117,7 @@ def train(context) -> dict:
 def export(task_model, preprocessor, vocab_dir: str, model_config: dict,
            export_dir: str) -> None:
     from lmfactory.components.trainer.serving import save_serving_module
-    from lmfactory.components.trainer.translation_serving import TranslationServing
+    from lmfactory.components.tasks.translation_serving import TranslationServing
 
     task = model_config["task"]
     if preprocessor is None:

@@ -10,7 +10,7 @@ next-token training, and the pushed model serves the vectors.
 * train: the architecture's task model of the records' objective, warm-started from the
   pretrained backbone, its noise distribution from the records' ``token_counts``;
 * export (also of the Pretrainer's model: the kind owns models of these objectives,
-  `TaskKind.objectives`): the SavedModel of components/trainer/word_vector_serving.py
+  `TaskKind.objectives`): the SavedModel of components/tasks/word_vectors_serving.py
   (``serving_default``: words -> vectors; ``nearest_neighbours``: words -> top-k words and
   cosine scores), and TensorBoard projector files in ``<model uri>/projector/``;
 * evaluate: the held-out negative-sampling loss per pair (``sgns_loss``, negatives drawn
@@ -101,7 +101,7 @@ def vocabulary_words(vocab_dir: str) -> tuple:
 
 def export(task_model, preprocessor, vocab_dir: str, model_config: dict,
            export_dir: str) -> None:
-    from lmfactory.components.trainer.word_vector_serving import (
+    from lmfactory.components.tasks.word_vectors_serving import (
         WordVectorServing, save_word_vectors, write_projector_files)
 
     del preprocessor

@@ -8,7 +8,7 @@ saved ``model.keras`` of any task loads, and registers them as their families' d
 from lmfactory.models.tasks.feature_based_tagger import FeatureBasedTagger
 from lmfactory.models.tasks.fold_choices import FoldChoices
 from lmfactory.models.tasks.heads import tagger
-from lmfactory.models.tasks.multiple_choice import MultipleChoice
+from lmfactory.models.tasks.multiple_choice_head import MultipleChoice
 from lmfactory.models.tasks.multiple_choice_preprocessor import MultipleChoicePreprocessor
 from lmfactory.models.tasks.seq2seq_lm import Seq2SeqLM
 from lmfactory.models.tasks.span_extractor import SpanExtractor

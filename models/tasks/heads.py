@@ -10,7 +10,7 @@ an architecture registers a head of its own only where its paper defines one):
 
 from lmfactory.models import registry
 from lmfactory.models.tasks.feature_based_tagger import FeatureBasedTagger
-from lmfactory.models.tasks.multiple_choice import MultipleChoice
+from lmfactory.models.tasks.multiple_choice_head import MultipleChoice
 from lmfactory.models.tasks.span_extractor import SpanExtractor
 from lmfactory.models.tasks.token_classifier import TokenClassifier
 

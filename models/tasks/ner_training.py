@@ -67,7 +67,7 @@ def predict_word_label_ids(model, preprocessor, words, length_multiple: int | No
 
 def predict_tags(model, preprocessor, sentences, batch_size: int = 64) -> list[list[str]]:
     """The predicted tag of every word of ``sentences`` (lists of words), through the same
-    graph the serving signature runs (``components/trainer/tagging_serving.py``)."""
+    graph the serving signature runs (``components/tasks/tagging_serving.py``)."""
     @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.string, 1,
                                                       tf.int64)])
     def predict(words):

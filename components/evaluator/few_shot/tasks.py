@@ -60,9 +60,9 @@ class _LineErrors:
 
 def _open_lines(path: str) -> list[str]:
     # Imported here: the example_gen package pulls in TFX, which scoring does not need.
-    from lmfactory.components.example_gen import multiple_choice
+    from lmfactory.components.example_gen import multiple_choice_readers
 
-    return multiple_choice.read_text(path, FewShotError, "Task data file").splitlines()
+    return multiple_choice_readers.read_text(path, FewShotError, "Task data file").splitlines()
 
 
 SST2_LABEL_WORDS = (" negative", " positive")
@@ -113,7 +113,7 @@ def read_commonsenseqa(path: str, skip_malformed: bool = False) -> TaskSplit:
     """CommonsenseQA (Talmor et al. 2019) JSONL: one JSON object a line with
     ``question.stem``, ``question.choices`` (a list of ``{label, text}``) and ``answerKey``
     (the label of the correct choice), read by the fine-tuning reader
-    (``components/example_gen/multiple_choice.py`` `read_commonsenseqa`), here with any
+    (``components/example_gen/multiple_choice_readers.py`` `read_commonsenseqa`), here with any
     number of choices per question.
 
     Each example reads ``Question: <stem>\\nAnswer:`` and is completed by each choice's
@@ -125,11 +125,11 @@ def read_commonsenseqa(path: str, skip_malformed: bool = False) -> TaskSplit:
     CommonsenseQA, no answers at all as in the released test split, no question read)
     raises a `FewShotError` with the reader's message.
     """
-    from lmfactory.components.example_gen import multiple_choice
+    from lmfactory.components.example_gen import multiple_choice_readers
 
     try:
-        data = multiple_choice.read_commonsenseqa(path, varying_choices=True)
-    except multiple_choice.MultipleChoiceDataError as error:
+        data = multiple_choice_readers.read_commonsenseqa(path, varying_choices=True)
+    except multiple_choice_readers.MultipleChoiceDataError as error:
         raise FewShotError(str(error)) from None
     errors = _LineErrors(path, skip_malformed)
     for line in data.malformed:

@@ -379,7 +379,7 @@ def read_multiple_choice(path: str, format: Optional[str] = None,
 
 def to_tf_example(example: MultipleChoiceExample):
     """The ``tf.train.Example`` of one question, as the fine-tuning input reads it
-    (``components/trainer/multiple_choice.py``): ``context`` (bytes), ``choices`` (one
+    (``components/tasks/multiple_choice_data.py``): ``context`` (bytes), ``choices`` (one
     bytes value per choice, in order), ``label`` (int64; -1 without an answer), ``id``."""
     import tensorflow as tf
 

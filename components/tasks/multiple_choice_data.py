@@ -2,7 +2,7 @@
 (components/tasks/multiple_choice.py), which fine-tunes in the DAG.
 
 * `make_multiple_choice_dataset`: `MultipleChoiceExample` records (or TFRecords of
-  ``components/example_gen/multiple_choice.py``'s `to_tf_example`) -> ``(inputs [B, C, T],
+  ``components/example_gen/multiple_choice_readers.py``'s `to_tf_example`) -> ``(inputs [B, C, T],
   label [B])`` batches, packed in tf.data by a `MultipleChoicePreprocessor`.
 * `choice_accuracy`: the fraction of questions whose highest-scoring choice is the answer.
 """
@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from lmfactory.components.example_gen.multiple_choice import NO_LABEL
+from lmfactory.components.example_gen.multiple_choice_readers import NO_LABEL
 
 
 def _examples_tensors(examples) -> dict:
