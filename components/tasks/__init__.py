@@ -17,6 +17,12 @@ on task names:
 * ``evaluate(model_uri, file_pattern, task, config)`` -> the metrics of the exported model
   on ingested records (the Evaluator).
 
+A kind's module is its home: its docstring's ``Parts:`` section (`registry.PARTS`) names
+where the kind's record parsing, head, preprocessor, training step, serving export and
+metrics live (``TaskKind.parts()``; tests/test_task_homes.py imports each), and its
+kind-specific TFX-side modules sit beside it as ``<kind>_<what>.py`` (``*_serving.py``,
+``multiple_choice_data.py``); components/trainer/ holds only what every kind shares.
+
 Kinds: ``classification`` and ``regression`` (classification.py), ``language_model``
 (language_model.py: pretraining, and the recipe task ``causal_lm``), ``tagging``,
 ``span_qa``, ``multiple_choice``, ``word_vectors`` (continued word-vector training, vectors

@@ -15,6 +15,19 @@ label. With a teacher (TinyBERT §3.2 task-specific distillation) the architectu
 Evaluation runs through the exported ``serving_default`` on the raw strings, so the figure is
 the one the pushed model gives: accuracy, F1 of class 1, macro-F1 and Matthews correlation,
 or Pearson, Spearman and MSE for regression (a GLUE source adds its official metrics).
+
+Parts:
+    record parsing: components.example_gen.formats.parse_table_row,
+        components.example_gen.glue, components.trainer.task_data.LabelReader
+    head: models.registry.Architecture.head, models.bert.BertClassifier
+    preprocessor: models.classifier_preprocessor.classifier_preprocessor
+    training step: components.tasks.classification.train,
+        components.trainer.task_data.make_classification_dataset
+    serving export: components.tasks.classification.export,
+        components.trainer.serving.ClassifierServing
+    metrics: components.tasks.classification.evaluate_classifier,
+        components.evaluator.metrics.classification_metrics,
+        components.evaluator.metrics.regression_metrics
 """
 
 from __future__ import annotations

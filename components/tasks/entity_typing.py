@@ -22,6 +22,18 @@ The type set is read from the ingested records (train's most frequent first) and
 the task record as ``label_vocabulary``. Metrics (through the exported SavedModel on the raw
 strings): strict accuracy, loose macro-F1 and loose micro-F1 of Ling & Weld (2012), the
 figures of ERNIE's Tables 2-3 (`metrics.typing_metrics`), with their precisions and recalls.
+
+Parts:
+    record parsing: components.knowledge_graph.typing_data.build,
+        components.tasks.entity_typing.MultiHotLabels
+    head: components.tasks.entity_typing.typing_head, models.registry.Architecture.head
+    preprocessor: models.tasks.relation_marking.EntityMarkingPreprocessor
+    training step: components.tasks.entity_typing.train,
+        components.tasks.relation_classification.fit_marked_text
+    serving export: components.tasks.entity_typing.export,
+        components.trainer.serving.MultiLabelServing
+    metrics: components.tasks.entity_typing.evaluate,
+        components.evaluator.metrics.typing_metrics
 """
 
 from __future__ import annotations

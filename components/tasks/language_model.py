@@ -12,6 +12,19 @@ a model of an objective another kind owns (`registry.serving_kind`, e.g. ``skipg
 model, and a bare imported backbone (kind ``encoder``), is exported as an encoder
 (``serving_default(text) -> pooled_output, sequence_output``) and has no evaluation of its
 own.
+
+Parts:
+    record parsing: components.pretraining_data.features,
+        components.pretraining_data.objectives
+    head: models.registry.Architecture.pretrainer
+    preprocessor: models.tokenizers.load_tokenizer,
+        models.classifier_preprocessor.classifier_preprocessor
+    training step: components.tasks.language_model.train
+    serving export: components.tasks.language_model.export,
+        components.tasks.language_model_serving.export_generator,
+        components.trainer.serving.EncoderServing
+    metrics: components.tasks.language_model.evaluate_language_model,
+        components.evaluator.metrics.perplexity
 """
 
 from __future__ import annotations

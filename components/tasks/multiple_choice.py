@@ -10,6 +10,18 @@ head and preprocessor: GPT-1, Radford et al. 2018 §3.3 "Question Answering and
 Commonsense Reasoning") packs ``start z $ a_k extract`` per answer and fine-tunes its own
 classifier with ``task: multiple_choice`` (the extract token's state scored by W_y, a
 softmax across the answers, plus λ times the auxiliary LM loss; ``task_args.lm_weight``).
+
+Parts:
+    record parsing: components.example_gen.multiple_choice_readers
+    head: models.tasks.multiple_choice_head.MultipleChoice,
+        models.tasks.fold_choices.FoldChoices
+    preprocessor: models.tasks.multiple_choice_preprocessor.MultipleChoicePreprocessor
+    training step: components.tasks.multiple_choice.train,
+        components.tasks.multiple_choice_data.make_multiple_choice_dataset
+    serving export: components.tasks.multiple_choice.export,
+        components.tasks.multiple_choice_serving.export_multiple_choice_model
+    metrics: components.tasks.multiple_choice.evaluate,
+        components.tasks.multiple_choice_data.choice_accuracy
 """
 
 from __future__ import annotations

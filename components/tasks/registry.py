@@ -79,6 +79,11 @@ class TaskKind:
                                                    f"{sorted(allowed)} for {arch.name}; got "
                                                    f"{unknown}")
 
+    def parts(self) -> dict:
+        """Where each of the kind's parts lives: ``{part: [dotted name under lmfactory]}`` of
+        the ``Parts:`` section of its module's docstring (`PARTS` names the parts)."""
+        return parse_parts(self._implementation().__doc__ or "")
+
     def missing_head_message(self, arch) -> str:
         if arch.links_entities and arch.family == "encoder":
             return (f"{self.recipe_name} fine-tuning packs no linked entities, which "
@@ -86,6 +91,30 @@ class TaskKind:
         return (f"{self.recipe_name} fine-tuning needs an encoder or an architecture with "
                 f"its own {self.head} head; {arch.name} is a {arch.family} with heads "
                 f"{list(arch.task_kinds)}")
+
+
+# The parts every kind's module lists in the ``Parts:`` section of its docstring, each as
+# ``<part>: <name>, <name>`` (names under ``lmfactory.``, modules or their attributes;
+# continuation lines indented deeper), so a kind is found from its module:
+PARTS = ("record parsing", "head", "preprocessor", "training step", "serving export",
+         "metrics")
+
+
+def parse_parts(docstring: str) -> dict:
+    """``{part: [names]}`` of a docstring's ``Parts:`` section ({} when it has none)."""
+    lines = docstring.splitlines()
+    if "Parts:" not in lines:
+        return {}
+    parts, current = {}, None
+    for line in lines[lines.index("Parts:") + 1:]:
+        if not line.strip():
+            break
+        text = line.strip()
+        if line.startswith("    ") and not line.startswith("     ") and ":" in text:
+            current, text = (piece.strip() for piece in text.split(":", 1))
+            parts[current] = []
+        parts[current] += [name.strip() for name in text.split(",") if name.strip()]
+    return parts
 
 
 _KINDS = NamedRegistry("task kind")

@@ -15,6 +15,18 @@ The relation set is read from the ingested records (train's most frequent first)
 recipe never lists it; it is stored in the task record as ``label_vocabulary``. Metrics
 (through the exported SavedModel on the raw strings): accuracy and macro-F1 (TACRED's
 and FewRel's figures are F1 / accuracy) and Matthews correlation.
+
+Parts:
+    record parsing: components.knowledge_graph.relation_data.build,
+        components.trainer.task_data.make_classification_dataset
+    head: models.registry.Architecture.head, models.ernie.ErnieClassifier
+    preprocessor: models.tasks.relation_marking.RelationMarkingPreprocessor
+    training step: components.tasks.relation_classification.train,
+        components.tasks.relation_classification.fit_marked_text
+    serving export: components.tasks.relation_classification.export,
+        components.trainer.serving.ClassifierServing
+    metrics: components.tasks.relation_classification.evaluate,
+        components.tasks.classification.evaluate_classifier
 """
 
 from __future__ import annotations

@@ -9,6 +9,16 @@ when the records hold unanswerable questions, the no-answer score s_null (at [CL
 compared with the best span, and the threshold τ is tuned on the eval split (the paper tunes
 it on dev) after training; the exported model abstains (answers "") when
 ``s_null - s_best > τ``.
+
+Parts:
+    record parsing: components.example_gen.squad.read_squad,
+        components.example_gen.squad.read_examples
+    head: models.tasks.span_extractor.SpanExtractor
+    preprocessor: models.tasks.span_preprocessor.span_preprocessor
+    training step: components.tasks.span_qa.train, models.tasks.span_finetune
+    serving export: components.tasks.span_qa.export, models.tasks.span_serving.export,
+        models.tasks.span_decoding
+    metrics: components.tasks.span_qa.evaluate, components.evaluator.squad_metrics
 """
 
 from __future__ import annotations

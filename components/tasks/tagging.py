@@ -6,6 +6,18 @@ BERT §4.3: fine-tuned `TokenClassifier`, the first sub-token of each word label
 ``concat_last_four``) the §5.3 feature-based `FeatureBasedTagger` (frozen encoder -> BiLSTM)
 instead. The tag set is read from the ingested train and eval records (``O`` first), so a
 recipe never lists it; it is stored in the task record as ``label_vocabulary``.
+
+Parts:
+    record parsing: components.example_gen.conll.parse_conll_sentence,
+        models.tasks.ner_training.tagging_dataset
+    head: models.tasks.heads.tagger, models.tasks.token_classifier.TokenClassifier,
+        models.tasks.feature_based_tagger.FeatureBasedTagger
+    preprocessor: models.tasks.token_classification_preprocessor
+    training step: components.tasks.tagging.train
+    serving export: components.tasks.tagging.export,
+        components.tasks.tagging_serving.export_tagger
+    metrics: components.tasks.tagging.evaluate,
+        components.evaluator.entity_metrics.entity_scores
 """
 
 from __future__ import annotations

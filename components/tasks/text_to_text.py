@@ -23,6 +23,16 @@ The kind also serves the models pretrained on ``span_corruption`` (§3.1.4 is a
 text-to-text task too): the Pretrainer exports the same module (corrupted text in, the
 predicted spans out; sentinels are control pieces and detokenize to nothing), and their
 evaluation is the perplexity of the targets on held-out records.
+
+Parts:
+    record parsing: components.example_gen.formats.parse_table_row,
+        components.tasks.text_to_text.make_dataset
+    head: models.tasks.seq2seq_lm.Seq2SeqLM
+    preprocessor: models.tasks.seq2seq_preprocessor.Seq2SeqPreprocessor
+    training step: components.tasks.text_to_text.train
+    serving export: components.tasks.text_to_text.export,
+        components.tasks.text_to_text.TextToTextServing
+    metrics: components.tasks.text_to_text.evaluate
 """
 
 from __future__ import annotations

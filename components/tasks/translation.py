@@ -18,6 +18,16 @@ special tokens.
 Recipe: ``finetuning.sequence_length`` bounds source and target (tokens, end token
 included); ``finetuning.task_args``: ``num_beams`` (default 4) and ``alpha`` (the length
 penalty exponent, default 1.0) of the served beam search.
+
+Parts:
+    record parsing: components.example_gen.parallel.iter_examples,
+        components.tasks.translation.make_dataset
+    head: models.tasks.seq2seq_lm.Seq2SeqLM
+    preprocessor: models.tasks.seq2seq_preprocessor.Seq2SeqPreprocessor
+    training step: components.tasks.translation.train
+    serving export: components.tasks.translation.export,
+        components.tasks.translation_serving.TranslationServing
+    metrics: components.tasks.translation.evaluate, components.tasks.translation.corpus_bleu
 """
 
 from __future__ import annotations

@@ -17,6 +17,15 @@ next-token training, and the pushed model serves the vectors.
   at random, so it varies slightly between runs) and, when the task names the files, the
   analogy accuracy and the WordSim Spearman correlation over the vocabulary's words
   (components/evaluator/word_vector_metrics.py).
+
+Parts:
+    record parsing: components.pretraining_data.features
+    head: models.registry.Architecture.pretrainer
+    preprocessor: models.tokenizers.load_tokenizer
+    training step: components.tasks.word_vectors.train
+    serving export: components.tasks.word_vectors.export,
+        components.tasks.word_vectors_serving.WordVectorServing
+    metrics: components.tasks.word_vectors.evaluate, components.evaluator.word_vector_metrics
 """
 
 from __future__ import annotations
