@@ -53,7 +53,7 @@ cmd="${1:-demo}"; shift || true
 case "$cmd" in
   setup) setup ;;
   bench) setup; bench_setup; exec .venv/bin/python benchmarks/run_all.py "$@" ;;
-  demo)  setup; exec .venv/bin/lmfactory run bert_tiny_sst2 "$@" ;;
+  demo)  setup; exec .venv/bin/lmfactory run gpt1_tiny_sst2_transfer "$@" ;;
   # Three worker processes on CI's two cores (LMFACTORY_TEST_WORKERS): while one waits on a
   # subprocess, Beam's workers or the disk, the others keep the cores busy (five DAG test
   # files: 385 s with two, 318 s with three). A whole test file is a unit of work
