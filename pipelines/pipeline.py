@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import os
-import types
 
 # TFX's modules, not its `tfx.v1` facade: importing that loads every extension (the Vertex
 # AI client library among them, ~4 s) whatever the pipeline uses.
@@ -51,7 +50,6 @@ from lmfactory.components.pusher import executor as pusher_executor
 from lmfactory.components.vocabulary.component import VocabularyGen
 from lmfactory.pipelines import knowledge, remote_data
 from lmfactory.recipe import Objective, Recipe, Runtime, beam_pipeline_args
-from lmfactory.recipe.stages import stage_of
 
 RUN_FN = "lmfactory.components.trainer.run_fn.run_fn"
 
@@ -109,16 +107,11 @@ def task_record(recipe: dict) -> dict | None:
     return kind.task_record(finetuning, recipe["data"].get(kind.data_section) or {})
 
 
-def _trainer_config(recipe: dict, settings: dict, task: dict | None,
-                    model: dict | None = None, serves: bool = False) -> dict:
-    """The Trainer's custom_config of the resolved stage mapping ``settings`` of the
-    resolved ``recipe`` (`TrainingStage.trainer_config`); ``model``: architecture, preset
-    and overrides when they are not the recipe's own (a distillation teacher)."""
-    model = model or recipe
-    return stage_of(settings).trainer_config(
-        types.SimpleNamespace(**{key: model[key] for key in ("architecture", "preset",
-                                                              "overrides")}),
-        Runtime.from_dict(recipe["runtime"]), recipe["serving"]["generation"], task, serves)
+def trainer_config(recipe: dict, stage: str, task: dict | None = None,
+                   serves: bool = False) -> dict:
+    """The Trainer's custom_config of the training stage ``stage`` of the resolved
+    ``recipe`` mapping (`Recipe.trainer_config`)."""
+    return Recipe.from_dict(recipe).trainer_config(stage, task, serves=serves)
 
 
 def _train_args(recipe: Recipe, stage: str, task=None, teacher: bool = False,

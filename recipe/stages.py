@@ -209,14 +209,5 @@ def lm_finetuning(check: Checker, recipe: dict, objective) -> dict | None:
     return {**inherited, **section}
 
 
-def stage_of(settings: dict, at: str = "stage") -> TrainingStage:
-    """The stage section of a resolved stage mapping, its kind told by its fields."""
-    if "task" in settings or "keep" in settings:
-        return FinetuningStage.from_dict(settings, at)
-    if any(key in settings for key in NOT_INHERITED):
-        return PretrainingStage.from_dict(settings, at)
-    return TrainingStage.from_dict(settings, at)
-
-
 __all__ = ["FinetuningStage", "LM_FINETUNING", "NOT_INHERITED", "OPTIMIZER_KEYS",
-           "PretrainingStage", "TrainingStage", "lm_finetuning", "stage_of"]
+           "PretrainingStage", "TrainingStage", "lm_finetuning"]

@@ -105,8 +105,8 @@ def _optimizer(config):
 
 
 def _trainer_config(recipe, stage):
-    from lmfactory.pipelines.pipeline import _trainer_config
-    return _trainer_config(recipe, recipe[stage], None)
+    from lmfactory.pipelines.pipeline import trainer_config
+    return trainer_config(recipe, stage)
 
 
 def _read_pretraining_batches(data_config, path):

@@ -24,7 +24,7 @@ from lmfactory.components.trainer.model_artifact import (BACKBONE_WEIGHTS, MODEL
                                                          VOCABULARY_DIR, copy_dir,
                                                          keras_dir_of, read_model_config)
 from lmfactory.models.tasks.relation_marking import EntityMarkingPreprocessor, mark_entity
-from lmfactory.pipelines.pipeline import _trainer_config, task_record
+from lmfactory.pipelines.pipeline import task_record, trainer_config
 from lmfactory.recipe import RecipeError, load_recipe
 
 import serving_models
@@ -205,10 +205,9 @@ def test_run_fn_evaluator_and_raw_string_serving(built, tmp_path):
         "evaluation.metric=loose_micro_f1", "finetuning.steps=2", "finetuning.batch_size=8",
         "finetuning.eval_steps=1", "finetuning.sequence_length=20",
         "finetuning.learning_rate=0.01", "runtime.steps_per_checkpoint=2"])
-    settings = recipe["finetuning"]
     model_uri, run_dir = tmp_path / "FineTuner" / "1", tmp_path / "run"
     run_fn_lib.run_fn(pytypes.SimpleNamespace(
-        custom_config=_trainer_config(recipe, settings, task_record(recipe), serves=True),
+        custom_config=trainer_config(recipe, "finetuning", task_record(recipe), serves=True),
         train_files=[train], eval_files=[evaluation], base_model=_base_model(tmp_path / "base"),
         train_steps=2, eval_steps=1, model_run_dir=str(run_dir),
         serving_model_dir=str(model_uri / "Format-Serving")))

@@ -23,7 +23,7 @@ from lmfactory.components.trainer import run_fn as run_fn_lib
 from lmfactory.components.trainer.model_artifact import read_model_config
 from lmfactory.components.trainer.task_data import LabelReader
 from lmfactory.pipelines import runners
-from lmfactory.pipelines.pipeline import _trainer_config, task_input_config, task_record
+from lmfactory.pipelines.pipeline import task_input_config, task_record, trainer_config
 from lmfactory.recipe import RecipeError, load_recipe
 
 BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -374,7 +374,7 @@ def test_run_fn_and_evaluator_on_mrpc(tmp_path, stsb_run, shared_data):
     ingestion.ingest(task_input_config(recipe["data"]["task"]), str(examples),
                      beam_pipeline_args=BEAM_ARGS)
     settings = recipe["finetuning"]
-    config = _trainer_config(recipe, settings, task_record(recipe), serves=True)
+    config = trainer_config(recipe, "finetuning", task_record(recipe), serves=True)
     model_uri = tmp_path / "FineTuner" / "model" / "1"
     run_dir = tmp_path / "FineTuner" / "model_run" / "1"
     run_fn_lib.run_fn(types.SimpleNamespace(

@@ -28,7 +28,7 @@ from lmfactory.models.gpt1 import SPECIAL_TOKENS, Gpt1Classifier, Gpt1Preprocess
 from lmfactory.models.gpt3 import GPT3_OPTIMIZATION
 from lmfactory.models.tokenizers import load_tokenizer
 from lmfactory.pipelines import runners
-from lmfactory.pipelines.pipeline import _trainer_config
+from lmfactory.pipelines.pipeline import trainer_config
 from lmfactory.recipe import RecipeError, load_recipe
 
 GPT1_TINY = {"num_layers": 2, "hidden_dim": 32, "num_heads": 4, "intermediate_dim": 64,
@@ -196,7 +196,7 @@ def test_gpt3_recipe_trains_with_appendix_b_optimiser():
         assert settings["final_learning_rate_fraction"] == (
             GPT3_OPTIMIZATION["final_learning_rate_fraction"])
         assert settings["learning_rate_decay"] == "cosine" and settings["warmup_fraction"] > 0
-        config = TrainerConfig.from_dict(_trainer_config(recipe, settings, None))
+        config = TrainerConfig.from_dict(trainer_config(recipe, stage))
         optimizer = run_fn_lib._optimizer(config, total_steps=100)
         assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.95, 1e-8)
         assert optimizer.weight_decay == 0.1 and optimizer.clip_global_norm == 1.0
@@ -206,8 +206,7 @@ def test_gpt3_recipe_trains_with_appendix_b_optimiser():
     backbone = models.presets("gpt3")[recipe["preset"]]
     assert backbone["attention_band"] < recipe["objective"]["max_seq_length"]  # sparse on
     # BERT's recipes keep BERT's optimiser.
-    bert = TrainerConfig.from_dict(_trainer_config(
-        load_recipe("bert_tiny_sst2"), load_recipe("bert_tiny_sst2")["pretraining"], None))
+    bert = TrainerConfig.from_dict(trainer_config(load_recipe("bert_tiny_sst2"), "pretraining"))
     assert (bert.adam_beta_2, bert.adam_epsilon, bert.learning_rate_decay) == (
         0.999, 1e-6, "linear")
 

@@ -229,7 +229,7 @@ def test_a_training_stage_gives_the_trainer_its_settings():
     """The stage section writes the Trainer's custom_config: the stage's own values, the
     runtime's, and the Trainer's defaults for what a stage does not choose."""
     from lmfactory.components.trainer.config import TrainerConfig
-    from lmfactory.pipelines.pipeline import _trainer_config
+    from lmfactory.pipelines.pipeline import trainer_config
     from lmfactory.recipe import load
 
     recipe = load("distilbert_tiny_sst2", ["pretraining.learning_rate=0.002",
@@ -238,8 +238,8 @@ def test_a_training_stage_gives_the_trainer_its_settings():
     pretraining = TrainerConfig.from_dict(recipe.trainer_config("pretraining"))
     assert (pretraining.learning_rate, pretraining.seed, pretraining.keep) == (0.002, 7, "last")
     assert pretraining.task_args == resolved["pretraining"]["task_args"]
-    assert recipe.trainer_config("pretraining") == _trainer_config(
-        resolved, resolved["pretraining"], None)
+    assert recipe.trainer_config("pretraining") == trainer_config(
+        resolved, "pretraining")
     finetuning = recipe.trainer_config("finetuning", task={"kind": "x"}, serves=True)
     assert (finetuning["keep"], finetuning["export_serving"], finetuning["task"]) == (
         "best", True, {"kind": "x"})

@@ -175,12 +175,12 @@ def test_keep_best_exports_the_best_validation_checkpoint_across_a_resume(tmp_pa
 
 
 def test_recipe_and_trainer_config_check_keep_settings():
-    from lmfactory.pipelines.pipeline import _trainer_config
+    from lmfactory.pipelines.pipeline import trainer_config
     from lmfactory.recipe import RecipeError, load_recipe
 
     recipe = load_recipe("bert_tiny_sst2", ["finetuning.keep=best",
                                             "finetuning.monitor=accuracy"])
-    config = _trainer_config(recipe, recipe["finetuning"], None)
+    config = trainer_config(recipe, "finetuning")
     assert (config["keep"], config["monitor"], config["validate_checkpoints"],
             config["progress_seconds"]) == ("best", "accuracy", True, 30)
     with pytest.raises(RecipeError, match="'finetuning.keep': must be one of last, best"):
@@ -200,14 +200,14 @@ def test_recipe_and_trainer_config_check_keep_settings():
 def test_recipe_and_trainer_config_agree_on_learning_rates_and_the_monitor():
     """A learning rate the recipe accepts is one the Trainer accepts (one range for both),
     and a stage without a monitor of its own watches the recipe's default."""
-    from lmfactory.pipelines.pipeline import _trainer_config
+    from lmfactory.pipelines.pipeline import trainer_config
     from lmfactory.recipe import RecipeError, load_recipe
 
     for rate in (1e-8, 1.0):
         recipe = load_recipe("bert_tiny_sst2", [f"pretraining.learning_rate={rate}",
                                                 f"finetuning.learning_rate={rate}"])
         for stage in ("pretraining", "finetuning"):
-            config = TrainerConfig.from_dict(_trainer_config(recipe, recipe[stage], None))
+            config = TrainerConfig.from_dict(trainer_config(recipe, stage))
             assert config.learning_rate == rate
             assert config.monitor == recipe["finetuning"]["monitor"] == "loss"
     for rate in (0, 1.5):
