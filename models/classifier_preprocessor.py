@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import keras
 import keras_nlp
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.registry import SEGMENT_LAYOUTS as LAYOUTS
 

@@ -54,7 +54,7 @@ helpers below:
 
 import keras
 import keras_nlp
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras import ops
 
 # keras' `dot_product_attention` (TensorFlow backend) fills masked logits with this.

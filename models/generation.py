@@ -85,7 +85,7 @@ The host provides:
 
 import keras
 import keras_nlp
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras import ops
 
 SAMPLER_NAMES = ("greedy", "top_k", "top_p", "beam", "random", "contrastive")

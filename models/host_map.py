@@ -27,7 +27,7 @@ to ``Dataset.map``.
 
 from __future__ import annotations
 
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 try:  # tf.data internals (TensorFlow 2.16, pinned); without them host_map is Dataset.map
     from tensorflow.python.data.ops import dataset_ops, structured_function

@@ -11,7 +11,7 @@ of the two-pass packing.
 from __future__ import annotations
 
 import keras_nlp
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 
 def shifted_packer(sequence_length: int, start_value, end_value, sep_value, **kwargs):

@@ -24,7 +24,7 @@ tf-text have no such step: their packers pad to a fixed length.
 
 from __future__ import annotations
 
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 MASK_KEY = "padding_mask"
 

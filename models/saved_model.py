@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 
 def _concrete(function):

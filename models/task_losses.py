@@ -28,14 +28,16 @@ real predictions. Outside a strategy (or with one replica) every helper is the p
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
 
+from lmfactory.models import backend
+from lmfactory.models.backend import tf
 
-@tf.custom_gradient
-def _softmax_nll_rows(logits, labels):
+
+def _softmax_nll_rows_tf(logits, labels):
     """-log softmax(logits)[label] for logits [N, V] (float32) and labels [N] (int32), and
-    its gradient softmax(logits) - onehot(label) (module docstring of `sparse_softmax_nll`)."""
+    its gradient softmax(logits) - onehot(label) (module docstring of `sparse_softmax_nll`).
+    TensorFlow backend only; wrapped in `tf.custom_gradient` on first use."""
     shift = tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
     shifted = logits - shift
     exponentials = tf.exp(shifted)
@@ -51,6 +53,26 @@ def _softmax_nll_rows(logits, labels):
     return nll, gradient
 
 
+_CUSTOM_GRADIENT = {}
+
+
+def _softmax_nll_rows(logits, labels):
+    if "tf" not in _CUSTOM_GRADIENT:
+        _CUSTOM_GRADIENT["tf"] = tf.custom_gradient(_softmax_nll_rows_tf)
+    return _CUSTOM_GRADIENT["tf"](logits, labels)
+
+
+def _sparse_softmax_nll_ops(labels, logits):
+    """`sparse_softmax_nll` on a backend other than TensorFlow, in `keras.ops`: XLA fuses
+    the log-sum-exp and the gather, and autodiff gives the same gradient."""
+    logits = ops.cast(logits, "float32")
+    labels = ops.cast(labels, "int32")
+    if len(labels.shape) == len(logits.shape) and labels.shape[-1] == 1:
+        labels = ops.squeeze(labels, -1)
+    picked = ops.take_along_axis(logits, ops.expand_dims(labels, -1), axis=-1)[..., 0]
+    return ops.logsumexp(logits, axis=-1) - picked
+
+
 def sparse_softmax_nll(labels, logits):
     """Per-position negative log-likelihood of integer ``labels`` [...] under ``logits``
     [..., V]: ``logsumexp(logits) - logits[label]`` (the cross-entropy of BERT's masked LM,
@@ -64,7 +86,10 @@ def sparse_softmax_nll(labels, logits):
     BERT's masked-LM shape (640 x 30522: 74 vs 31 ms, benchmarks/pretraining.py). Here the
     forward pass keeps exp(logits - max) and the backward pass is one scaling pass plus a
     scatter of the N label entries. The values agree to float rounding
-    (tests/test_task_losses.py). Labels out of [0, V) fail as TensorFlow's gather does."""
+    (tests/test_task_losses.py). Labels out of [0, V) fail as TensorFlow's gather does.
+    On another backend it is the plain log-sum-exp form (`_sparse_softmax_nll_ops`)."""
+    if not backend.is_tensorflow():
+        return _sparse_softmax_nll_ops(labels, logits)
     logits = tf.convert_to_tensor(logits)
     if logits.dtype != tf.float32:
         logits = tf.cast(logits, tf.float32)
@@ -79,6 +104,12 @@ def sparse_softmax_nll(labels, logits):
 def argmax_accuracy(y_true, y_pred):
     """1.0 where the integer label ``y_true`` ([...] or [..., 1]) is the argmax of the
     logits or probabilities ``y_pred`` [..., classes] (first maximum on ties), else 0.0."""
+    if not backend.is_tensorflow():
+        y_true, y_pred = ops.convert_to_tensor(y_true), ops.convert_to_tensor(y_pred)
+        if len(y_true.shape) == len(y_pred.shape) and y_true.shape[-1] == 1:
+            y_true = ops.squeeze(y_true, -1)
+        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+        return ops.cast(ops.equal(ops.cast(y_true, "int32"), predicted), "float32")
     y_true, y_pred = tf.convert_to_tensor(y_true), tf.convert_to_tensor(y_pred)
     if y_true.shape.rank == y_pred.shape.rank and y_true.shape[-1] == 1:
         y_true = tf.squeeze(y_true, -1)
@@ -115,7 +146,10 @@ def sum_over_replicas(value):
     Losses divide by global counts, so each replica returns its share of the global
     batch's loss; the gradients summed across replicas are then exactly those of one
     device seeing the whole batch, even when replicas hold different numbers of real
-    masked-LM predictions."""
+    masked-LM predictions. On another backend the step is one global SPMD program
+    (keras.distribution shards the batch under jit), so the plain value is already global."""
+    if not backend.is_tensorflow():
+        return value
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return value
@@ -209,7 +243,9 @@ def with_regularization(model, loss):
     regularisers a caller adds), divided by the number of replicas as Keras does."""
     if model.losses:
         regularization = ops.cast(ops.sum(model.losses), "float32")
-        loss = loss + regularization / tf.distribute.get_strategy().num_replicas_in_sync
+        replicas = (tf.distribute.get_strategy().num_replicas_in_sync
+                    if backend.is_tensorflow() else 1)
+        loss = loss + regularization / replicas
     return loss
 
 

@@ -34,7 +34,7 @@ the unfolded computation's gradients).
 
 import keras
 import keras_nlp
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras import ops
 
 

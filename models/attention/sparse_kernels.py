@@ -30,7 +30,7 @@ the mechanism it lacks.
 
 import math
 
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.attention import sparse_patterns
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import keras
 import numpy as np
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 
 def causal_lm_nll(model, batches) -> float:

@@ -16,7 +16,7 @@ moments until it is unfrozen (ULMFiT's gradual unfreezing).
 
 from __future__ import annotations
 
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 
 def apply_scaled_updates(optimizer, gradients, variables, scales=None, gradient_masks=None):

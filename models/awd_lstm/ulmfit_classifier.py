@@ -5,7 +5,7 @@ unfreezing."""
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras import ops
 
 from lmfactory.models.awd_lstm.concat_pooling import ConcatPooling

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras import ops
 
 

@@ -4,7 +4,7 @@
 import math
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras import ops
 
 from lmfactory.models.generation import CausalLMGeneration

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import keras_nlp
 import numpy as np
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 VOCABULARY_SIZE = 256
 PAD_ID = 0

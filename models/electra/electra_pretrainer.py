@@ -1,7 +1,7 @@
 """ELECTRA's pre-training task: replaced token detection (Clark et al. 2020 §2, Figure 2)."""
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras import ops
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer

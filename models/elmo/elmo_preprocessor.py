@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.tokenizers.normalization import lowercase_characters
 from lmfactory.models.tokenizers.word import split_words

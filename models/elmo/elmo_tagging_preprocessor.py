@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import keras
 import keras_nlp
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.tasks.token_classification_preprocessor import (
     TokenClassificationPreprocessor, as_ragged_words)

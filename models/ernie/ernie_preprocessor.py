@@ -8,7 +8,7 @@ import logging
 
 import keras
 import keras_nlp
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.classifier_preprocessor import BERT_SPECIAL_TOKENS
 

@@ -2,7 +2,7 @@
 Zhang et al. 2019 §3.4."""
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras import ops
 
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models import masked_packing
 

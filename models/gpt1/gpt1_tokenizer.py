@@ -35,7 +35,7 @@ import re
 
 import keras
 import keras_nlp
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras_hub.src.tokenizers.word_piece_tokenizer import pretokenize
 from keras_hub.src.utils.tensor_utils import convert_to_ragged_batch, preprocessing_function
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import keras
 import numpy as np
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.kagnet.kagnet_graph import ConceptGraph
 

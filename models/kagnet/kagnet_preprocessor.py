@@ -5,7 +5,7 @@ exported SavedModel run the same layer)."""
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.kagnet.kagnet_graph import ConceptGraph
 from lmfactory.models.kagnet.kagnet_path_finder import GRAPH_INPUTS, ConceptPathFinder

@@ -30,7 +30,7 @@ import unicodedata
 from typing import Iterable, Sequence
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 _ASCII_SPACES = "\t\n\v\f\r "
 # RE2 (tf-text) equivalents of the Python rules below.

@@ -2,7 +2,7 @@
 et al. 2003) and generation."""
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras import ops
 
 from lmfactory.models.generation import CausalLMGeneration

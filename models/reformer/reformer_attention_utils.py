@@ -7,7 +7,7 @@ Functions only (no layer lives here); both attention layers and the reversible s
 them. TensorFlow ops, since the reversible backward pass is a `tf.custom_gradient`.
 """
 
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 # Scores of masked keys (causal / padding) and of a query's own position (§2: "a token
 # attends to itself only when no other target is available"): the reference values.

@@ -13,7 +13,7 @@ N(0, 1) axial tables, as the reference.
 """
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras import ops
 
 from lmfactory.models.backbone import Backbone

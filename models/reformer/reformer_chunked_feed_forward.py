@@ -8,7 +8,7 @@ activation, dense back to the width, dropout. keras-nlp has no chunked feed-forw
 """
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.reformer import reformer_attention_utils as utils
 

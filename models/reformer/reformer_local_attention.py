@@ -11,7 +11,7 @@ attention a query may attend to itself.
 
 import keras
 import numpy as np
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.reformer import reformer_attention_utils as utils
 

@@ -30,7 +30,7 @@ draws).
 
 import keras
 import numpy as np
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.reformer import reformer_attention_utils as utils
 

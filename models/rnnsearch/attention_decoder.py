@@ -29,7 +29,7 @@ N(0, 0.01^2), biases zero.
 """
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras import ops
 
 from lmfactory.models.rnnsearch.alignment import Alignment

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")

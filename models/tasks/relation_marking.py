@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 DEFAULT_MARKERS = {"head_marker": "*", "tail_marker": "~"}
 

@@ -18,7 +18,7 @@ its own before the word tokenizer runs (the rule the ingested text went through)
 """
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 # The inverse of the punctuation split, for output text: closing marks attach to the word
 # before them, opening ones to the word after (RE2 / Python `re` patterns and rewrites).

@@ -28,7 +28,7 @@ import dataclasses
 import math
 
 import numpy as np
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 N_BEST_SIZE = 20
 MAX_ANSWER_LENGTH = 30

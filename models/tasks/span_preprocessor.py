@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import keras
 import keras_nlp
-import tensorflow as tf
-import tensorflow_text as tf_text
+from lmfactory.models.backend import tf
+from lmfactory.models.backend import tf_text
 from keras_hub.src.tokenizers.word_piece_tokenizer import (
     PUNCTUATION_AND_CJK_REGEX, WHITESPACE_PUNCTUATION_AND_CJK_REGEX)
 

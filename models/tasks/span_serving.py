@@ -4,7 +4,7 @@ v2.0 null threshold) in one TensorFlow graph."""
 
 from __future__ import annotations
 
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models import saved_model
 from lmfactory.models.request_length import call_on_longest, serving_multiple

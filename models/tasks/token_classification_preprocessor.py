@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import keras
 import keras_nlp
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras_hub.src.utils.tensor_utils import no_convert_scope
 
 BERT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.tokenizers.byte_level_fast import (WORD_PIECES_FILE,
                                                          ByteLevelBpeTokenizer,

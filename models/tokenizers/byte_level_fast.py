@@ -41,7 +41,7 @@ import re
 
 import keras
 import keras_nlp
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from lmfactory.models.tokenizers.byte_level_split import (character_classes, keras_nlp_split,

@@ -36,11 +36,10 @@ import unicodedata
 
 import numpy as np
 import regex
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras_hub.src.tokenizers.byte_pair_tokenizer import (SPECIAL_WHITESPACES, SPLIT_PATTERN_1,
                                                           SPLIT_PATTERN_2,
                                                           create_alts_for_unsplittable_tokens)
-from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops
 
 SPACE, LETTER, NUMBER, OTHER, APOSTROPHE, UNSAFE = range(6)
 # Code points from here on are all sent to keras-nlp's split (rare: CJK extensions G/H,
@@ -202,6 +201,8 @@ def keras_nlp_split(texts: tf.Tensor, unsplittable_tokens=None):
     row_splits = tf.range(tf.size(pieces, out_type=tf.int64) + 1)
     tokens = list(unsplittable_tokens or [])  # escaped as keras-nlp does (`regex`)
     alts = create_alts_for_unsplittable_tokens(tokens)
+
+    from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops
 
     def split(pieces, row_splits, pattern):
         wrapped = f"({pattern})"

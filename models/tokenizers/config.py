@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.tokenizers.kinds import get_kind, kind_names
 

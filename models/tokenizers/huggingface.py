@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models.tokenizers.config import read_lines, write_tokenizer_config
 from lmfactory.models.tokenizers.sentencepiece import AlbertSentencePieceTokenizer

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 # Characters for which Python's str.isspace() is true (what `str.split()` splits on);
 # RE2's \s is ASCII only. tests/test_tokenizer_import.py checks this against Python.

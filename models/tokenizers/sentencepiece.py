@@ -15,8 +15,8 @@ import unicodedata
 
 import keras
 import keras_nlp
-import tensorflow as tf
-import tensorflow_text as tf_text
+from lmfactory.models.backend import tf
+from lmfactory.models.backend import tf_text
 from keras_hub.src.utils.tensor_utils import is_string_dtype, preprocessing_function
 
 from lmfactory.models.tokenizers.config import vocabulary_path

@@ -20,7 +20,7 @@ from __future__ import annotations
 import keras
 import keras_nlp
 import numpy as np
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras_hub.src.utils.tensor_utils import convert_to_ragged_batch, preprocessing_function
 
 from lmfactory.models.tokenizers.config import (read_lines, read_tokenizer_config,

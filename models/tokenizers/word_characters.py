@@ -28,7 +28,7 @@ character; an empty string is ``[BEGIN_WORD, END_WORD, padding...]``; a word lon
 
 from __future__ import annotations
 
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 PADDED_TOKEN = 0
 BEGIN_SENTENCE = 257

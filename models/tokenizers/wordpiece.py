@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import keras
 import keras_nlp
-import tensorflow as tf
-import tensorflow_text as tf_text
+from lmfactory.models.backend import tf
+from lmfactory.models.backend import tf_text
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from lmfactory.models.tokenizers.config import read_lines, vocabulary_path

@@ -4,7 +4,7 @@ segment with the memory carried across steps (Dai et al. 2019, §3.2, §4)."""
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 from keras import ops
 
 from lmfactory.models.generation import CausalLMGeneration

@@ -5,7 +5,7 @@ segment ids 0 for A and its `<sep>`, 1 for B and its `<sep>`, 2 for `<cls>`."""
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from lmfactory.models.backend import tf
 
 from lmfactory.models import masked_packing
 
