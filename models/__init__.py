@@ -18,7 +18,7 @@ import os
 import importlib
 import pkgutil
 
-from lmfactory.models import registry
+from lmfactory.models import backend, registry
 from lmfactory.models.registry import Architecture, get, names, register
 
 
@@ -54,6 +54,7 @@ def build(name: str, preset: str = "tiny", **overrides):
     """A freshly initialised backbone of architecture ``name`` at size ``preset``, with
     constructor arguments in ``overrides`` replacing the preset's (e.g. vocabulary_size)."""
     arch = get(name)
+    arch.check_backend(backend.name())
     if preset not in arch.presets:
         raise ValueError(f"Unknown preset {preset!r} for {name!r}; "
                          f"presets: {sorted(arch.presets)}")

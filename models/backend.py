@@ -64,3 +64,29 @@ def name() -> str:
 
 def is_tensorflow() -> bool:
     return name() == "tensorflow"
+
+
+def replicas_in_sync() -> int:
+    """How many replicas share a training step's global batch: the `tf.distribute`
+    strategy's on TensorFlow; 1 on JAX, where keras.distribution runs one global SPMD
+    program under jit and per-replica shares do not arise."""
+    if not is_tensorflow():
+        return 1
+    return tf.distribute.get_strategy().num_replicas_in_sync
+
+
+def scan_stacked(step, elements, initializer):
+    """``tf.scan``'s contract on every backend: ``step(carry, element) -> carry`` over the
+    leading axis of ``elements`` (a tensor or a tuple of them), returning every step's
+    carry stacked. On TensorFlow it is ``tf.scan``, which takes unknown batch and time
+    sizes (a serving signature's), where keras.ops.scan's TensorFlow version needs static
+    ones; elsewhere ``keras.ops.scan`` (``jax.lax.scan``), stacking the carry as output."""
+    if is_tensorflow():
+        return tf.scan(step, elements, initializer=initializer)
+
+    def carry_and_output(carry, element):
+        carry = step(carry, element)
+        return carry, carry
+
+    _, stacked = keras.ops.scan(carry_and_output, initializer, elements)
+    return stacked

@@ -85,8 +85,10 @@ The host provides:
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
 from keras import ops
+
+from lmfactory.models import backend
+from lmfactory.models.backend import tf
 
 SAMPLER_NAMES = ("greedy", "top_k", "top_p", "beam", "random", "contrastive")
 
@@ -152,6 +154,16 @@ def check_state(state, batch_size=None, previous=None):
                              f"{before} to {after}")
 
 
+def _new_sampler(name, sampler_kwargs):
+    """keras-nlp's sampler ``name``; on TensorFlow its seed variable is created eagerly,
+    even mid-trace (`tf.init_scope`)."""
+    config = {"class_name": name, "config": dict(sampler_kwargs)}
+    if not backend.is_tensorflow():
+        return keras_nlp.samplers.get(config)
+    with tf.init_scope():
+        return keras_nlp.samplers.get(config)
+
+
 class CausalLMGeneration:
     """Mixin: `get_sampler` and `generate_ids` for a model that decodes through the
     decoding-state protocol (module docstring), and `initial_state` from its backbone.
@@ -169,10 +181,11 @@ class CausalLMGeneration:
         if "_samplers" not in self.__dict__:
             # Samplers are not layers and are not saved with the model: untracked.
             object.__setattr__(self, "_samplers", {})
-        if getattr(self, "sampler_state", None) is None:
+        if getattr(self, "sampler_state", None) is None and backend.is_tensorflow():
             self.sampler_state = tf.Module(name="sampler_state")
             self.sampler_state.seeds = []
-        return self._samplers, self.sampler_state
+        # Off TensorFlow there is no SavedModel to reach the seeds: nothing tracks them.
+        return self._samplers, getattr(self, "sampler_state", None)
 
     def initial_state(self, batch_size, max_length, **context):
         """The decoding state before the first position: the backbone's
@@ -195,18 +208,16 @@ class CausalLMGeneration:
                                  f"{list(SAMPLER_NAMES)} or a keras_nlp.samplers.Sampler")
             key = (sampler, tuple(sorted(sampler_kwargs.items())))
             if key not in samplers:
-                with tf.init_scope():  # create seed variables eagerly, even mid-trace
-                    samplers[key] = keras_nlp.samplers.get(
-                        {"class_name": sampler, "config": dict(sampler_kwargs)}
-                    )
+                samplers[key] = _new_sampler(sampler, sampler_kwargs)
             sampler = samplers[key]
         elif sampler_kwargs:
             raise ValueError(f"Sampler kwargs {sorted(sampler_kwargs)} need a sampler name, "
                              f"got the instance {sampler!r}")
-        tracked = {id(v) for v in state.seeds}
-        for variable in getattr(sampler, "variables", []):
-            if id(variable) not in tracked:
-                state.seeds.append(variable)
+        if state is not None:
+            tracked = {id(v) for v in state.seeds}
+            for variable in getattr(sampler, "variables", []):
+                if id(variable) not in tracked:
+                    state.seeds.append(variable)
         return sampler
 
     def generate_ids(

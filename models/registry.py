@@ -30,6 +30,10 @@ SEGMENT_LAYOUTS = ("bert", "roberta")
 # "tf_checkpoint": an original TensorFlow checkpoint (e.g. google-research/bert's
 # bert_config.json + bert_model.ckpt.*).
 CHECKPOINT_FORMATS = ("huggingface", "tf_checkpoint")
+# Keras backends a backbone and its pretraining task models can run on (models/backend.py).
+# TensorFlow runs the pipeline; JAX runs them where TensorFlow is not installed (an
+# accelerator machine, a TPU pod through keras.distribution).
+BACKENDS = ("tensorflow", "jax")
 
 # Heads every architecture of a family gets unless it registers its own for the task kind:
 # family -> {task kind -> head}; filled by the modules that define them (models/tasks).
@@ -144,6 +148,8 @@ class Architecture:
     links_entities: bool = False
     concept_paths: bool = False
     serving_length_multiple: Optional[int] = 8
+    backends: tuple = BACKENDS
+    tensorflow_only_because: str = ""
 
     def __post_init__(self):
         if self.causal is None:
@@ -170,10 +176,25 @@ class Architecture:
                                      or multiple < 1):
             raise ValueError(f"Architecture {self.name!r}: serving_length_multiple must be a "
                              f"positive int or None, got {multiple!r}")
+        unknown = sorted(set(self.backends) - set(BACKENDS))
+        if unknown or "tensorflow" not in self.backends:
+            raise ValueError(f"Architecture {self.name!r}: backends must include "
+                             f"'tensorflow' and be among {BACKENDS}, got {self.backends!r}")
+        if (self.backends != BACKENDS) != bool(self.tensorflow_only_because):
+            raise ValueError(f"Architecture {self.name!r}: tensorflow_only_because gives the "
+                             f"reason exactly when backends leaves one out")
         unknown = sorted(set(self.preprocessors) - set(self.task_kinds))
         if unknown:
             raise ValueError(f"Architecture {self.name!r}: preprocessors for {unknown}, "
                              f"which it has no head for")
+
+    def check_backend(self, backend: str) -> None:
+        """Raises a one-line error when its models cannot run on Keras backend
+        ``backend``."""
+        if backend not in self.backends:
+            raise RuntimeError(f"Architecture {self.name!r} runs on the TensorFlow backend "
+                               f"only ({self.tensorflow_only_because}); the Keras backend "
+                               f"is {backend!r} (KERAS_BACKEND)")
 
     @property
     def objectives(self) -> tuple:

@@ -243,9 +243,7 @@ def with_regularization(model, loss):
     regularisers a caller adds), divided by the number of replicas as Keras does."""
     if model.losses:
         regularization = ops.cast(ops.sum(model.losses), "float32")
-        replicas = (tf.distribute.get_strategy().num_replicas_in_sync
-                    if backend.is_tensorflow() else 1)
-        loss = loss + regularization / replicas
+        loss = loss + regularization / backend.replicas_in_sync()
     return loss
 
 

@@ -34,8 +34,10 @@ the unfolded computation's gradients).
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
 from keras import ops
+
+from lmfactory.models import backend
+from lmfactory.models.backend import tf
 
 
 def tied_logits(token_embedding, hidden, name=None):
@@ -120,7 +122,10 @@ class MaskedLMHead(keras_nlp.layers.MaskedLMHead):
             return super().call(inputs, mask_positions)
         # The encoded tokens at the masked positions: [B, P, H] (keras-nlp's own gather on
         # the TensorFlow backend).
-        x = tf.gather(inputs, mask_positions, batch_dims=1)
+        if backend.is_tensorflow():
+            x = tf.gather(inputs, mask_positions, batch_dims=1)
+        else:
+            x = ops.take_along_axis(inputs, ops.expand_dims(mask_positions, -1), axis=1)
         x = self._intermediate_layer_norm(self._intermediate_dense(x))
         outputs = ops.cast(tied_logits(self.token_embedding, x), self.compute_dtype)
         outputs = outputs + self._bias

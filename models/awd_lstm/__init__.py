@@ -39,6 +39,10 @@ ARCHITECTURE = registry.register(
         paper="Merity, Keskar, Socher 2018, Regularizing and Optimizing LSTM Language "
               "Models (ICLR), arXiv:1708.02182; Howard, Ruder 2018, Universal Language Model "
               "Fine-tuning for Text Classification (ACL), arXiv:1801.06146",
+        backends=("tensorflow",),
+        tensorflow_only_because=(
+            "its training step, NT-ASGD's averaging and the per-layer "
+            "update scaling of ULMFiT are written on tf.GradientTape and tf.Variable"),
     )
 )
 

@@ -4,9 +4,10 @@
 import math
 
 import keras
-from lmfactory.models.backend import tf
 from keras import ops
 
+from lmfactory.models import backend
+from lmfactory.models.backend import tf
 from lmfactory.models.generation import CausalLMGeneration
 from lmfactory.models.task_losses import sum_over_replicas, track_loss, with_regularization
 from lmfactory.models.task_model import SubclassedTask
@@ -305,8 +306,13 @@ class CharTransformerLM(CausalLMGeneration, SubclassedTask):
                 metric.update_state(sum_over_replicas(ops.stop_gradient(loss)))
         return self.get_metrics_result()
 
-    def train_step(self, data):
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    def train_step(self, *args):
+        """One pass for the loss and its auxiliary predictions on TensorFlow. Keras's JAX
+        step is stateless (``train_step(state, data)``) and differentiates
+        `compute_loss`, which recomputes the predictions: the same loss, one more pass."""
+        if not backend.is_tensorflow():
+            return super().train_step(*args)
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(args[0])
         with tf.GradientTape() as tape:
             loss = self.objective(y, self.predictions(x, training=True), sample_weight)
             scaled_loss = self.optimizer.scale_loss(loss)
@@ -315,8 +321,10 @@ class CharTransformerLM(CausalLMGeneration, SubclassedTask):
         self.optimizer.apply_gradients(zip(gradients, variables))
         return self._metric_results(loss)
 
-    def test_step(self, data):
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    def test_step(self, *args):
+        if not backend.is_tensorflow():
+            return super().test_step(*args)
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(args[0])
         loss = self.objective(y, self.predictions(x, training=False), sample_weight)
         return self._metric_results(loss)
 

@@ -28,6 +28,11 @@ ARCHITECTURE = registry.register(
         links_entities=True,
         paper="Zhang et al. 2019, ERNIE: Enhanced Language Representation with Informative "
               "Entities (ACL), arXiv:1905.07129",
+        backends=("tensorflow",),
+        tensorflow_only_because=(
+            "the entity prediction gathers the aligned entities with "
+            "tf.boolean_mask and tf.unique, whose output sizes depend on the data (not "
+            "traceable under jit)"),
     )
 )
 

@@ -2,9 +2,9 @@
 et al. 2003) and generation."""
 
 import keras
-from lmfactory.models.backend import tf
 from keras import ops
 
+from lmfactory.models import backend
 from lmfactory.models.generation import CausalLMGeneration
 from lmfactory.models.nnlm.nnlm_backbone import NNLM_INPUTS
 from lmfactory.models.task_losses import next_token_loss
@@ -84,7 +84,7 @@ class NnlmCausalLM(CausalLMGeneration, Task):
         penalty = self.weight_decay_penalty()
         self.penalty_tracker.update_state(penalty)
         # Each replica adds its share: the replicas' gradients sum to one penalty's.
-        return loss + penalty / tf.distribute.get_strategy().num_replicas_in_sync
+        return loss + penalty / backend.replicas_in_sync()
 
     def call_with_state(self, token_ids, state, index):
         """One decoding step of the words at positions `index`, ... (the protocol of

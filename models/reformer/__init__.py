@@ -23,6 +23,10 @@ ARCHITECTURE = registry.register(
         # Which keys share a query's LSH chunk depends on the whole sorted sequence, so a
         # request cut after its longest row answers differently (tests/test_reformer.py).
         serving_length_multiple=None,
+        backends=("tensorflow",),
+        tensorflow_only_because=(
+            "the reversible layers recompute activations in a "
+            "tf.custom_gradient backward pass with tf.GradientTape"),
     )
 )
 

@@ -29,9 +29,9 @@ N(0, 0.01^2), biases zero.
 """
 
 import keras
-from lmfactory.models.backend import tf
 from keras import ops
 
+from lmfactory.models import backend
 from lmfactory.models.rnnsearch.alignment import Alignment
 
 CELL_TYPES = ("gru", "lstm")
@@ -118,8 +118,7 @@ class AttentionDecoder(keras.layers.Layer):
         step_mask = ops.cast(step_mask, "bool")
         encoder_mask = ops.cast(encoder_mask, "bool")
 
-        # tf.scan (keras.ops.scan's TensorFlow version needs static batch and time sizes,
-        # which a serving signature does not have) stacks the carry at every step, so the
+        # `backend.scan_stacked` (tf.scan's contract) stacks the carry at every step, so the
         # carry holds the step's features and attention weights next to the states.
         def body(carry, inputs):
             embedding, mask = inputs
@@ -132,7 +131,7 @@ class AttentionDecoder(keras.layers.Layer):
                  ops.zeros((batch, self.maxout_dim), dtype=initial_states[0].dtype),
                  ops.zeros((batch, ops.shape(annotations)[1]), dtype="float32"))
         time_major = (ops.transpose(embeddings, (1, 0, 2)), ops.transpose(step_mask, (1, 0)))
-        states, features, weights = tf.scan(body, time_major, initializer=start)
+        states, features, weights = backend.scan_stacked(body, time_major, start)
         outputs = {"features": ops.transpose(features, (1, 0, 2)),
                    "attention": ops.transpose(weights, (1, 0, 2))}
         outputs["states"] = [ops.transpose(state, (1, 0, 2)) for state in states]

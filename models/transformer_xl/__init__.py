@@ -26,6 +26,10 @@ ARCHITECTURE = registry.register(
         hf_model_types=("transfo-xl",),
         paper="Dai, Yang, Yang, Carbonell, Le, Salakhutdinov 2019, Transformer-XL: Attentive "
               "Language Models Beyond a Fixed-Length Context (ACL), arXiv:1901.02860",
+        backends=("tensorflow",),
+        tensorflow_only_because=(
+            "its training step carries the segment memory across batches "
+            "in variables assigned inside a tf.GradientTape step"),
     )
 )
 

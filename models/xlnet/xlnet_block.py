@@ -81,6 +81,15 @@ class XLNetBlock(keras.layers.Layer):
         return (self.feed_forward(content, training=training),
                 self.feed_forward(query, training=training))
 
+    def compute_output_spec(self, content, query=None, **kwargs):
+        """Each stream keeps its shape. Given explicitly because a backend that infers it by
+        tracing with stand-in sizes for the unknown axes (JAX) cannot see that the
+        relative encodings are tied to the sequence length."""
+        def spec(stream):
+            return keras.KerasTensor(stream.shape, dtype=self.compute_dtype)
+
+        return spec(content) if query is None else (spec(content), spec(query))
+
     def get_config(self):
         config = super().get_config()
         config.update({"hidden_dim": self.hidden_dim, "num_heads": self.num_heads,

@@ -9,7 +9,6 @@ import os
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from lmfactory import models
 
@@ -77,6 +76,8 @@ def check_loss_decreases(model, x, y, sample_weight=None, what="task model"):
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       run_eagerly=RUN_EAGERLY)
     before = _loss(model, x, y, sample_weight)
+    import tensorflow as tf  # the harness's tf.data input (the JAX check feeds arrays)
+
     batch = (x, y) if sample_weight is None else (x, y, sample_weight)
     steps = training_steps(model)
     dataset = tf.data.Dataset.from_tensors(batch).repeat(steps)
