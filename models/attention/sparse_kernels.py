@@ -25,24 +25,25 @@ dropped), so any T works.
 
 keras-nlp has no sparse attention: its `CachedMultiHeadAttention` / `TransformerDecoder`
 take at most a dense [T, S] mask, which is the masked-dense computation. These kernels are
-the mechanism it lacks.
+the mechanism it lacks. They are written on `keras.ops`, so the same code runs on the
+TensorFlow and the JAX backend; on TensorFlow the shapes may be unknown until run time (a
+serving signature's batch and length), which `ops.shape` then gives as scalar tensors.
 """
 
 import math
 
-from lmfactory.models.backend import tf
+from keras import ops
 
 from lmfactory.models.attention import sparse_patterns
 
 # Score given to masked pairs before the softmax (finite: -inf would turn the gradients of
-# rows with masked entries into NaN through tf.where).
+# rows with masked entries into NaN through the where).
 _MASKED_SCORE = -1e9
 
 
 def _static_or_dynamic(tensor):
-    static = tensor.shape.as_list()
-    dynamic = tf.shape(tensor)
-    return [dim if dim is not None else dynamic[i] for i, dim in enumerate(static)]
+    """The shape, with a scalar tensor for each axis unknown until run time (TensorFlow)."""
+    return list(ops.shape(tensor))
 
 
 def masked_dense_attention(query, key, value, mask, key_mask=None, dropout_fn=None):
@@ -62,19 +63,19 @@ def masked_dense_attention(query, key, value, mask, key_mask=None, dropout_fn=No
     Returns: [B, T, H, D].
     """
     depth = query.shape[-1]
-    query = query * tf.cast(1.0 / math.sqrt(depth), query.dtype)
-    scores = tf.cast(tf.einsum("bqhd,bkhd->bhqk", query, key), tf.float32)
-    mask = tf.cast(mask, tf.bool)
-    for _ in range(4 - mask.shape.rank):
+    query = query * ops.cast(1.0 / math.sqrt(depth), query.dtype)
+    scores = ops.cast(ops.einsum("bqhd,bkhd->bhqk", query, key), "float32")
+    mask = ops.cast(mask, "bool")
+    for _ in range(4 - len(mask.shape)):
         mask = mask[None]
     if key_mask is not None:
-        mask = tf.logical_and(mask, tf.cast(key_mask, tf.bool)[:, None, None, :])
-    scores = tf.where(mask, scores, _MASKED_SCORE)
-    probs = tf.nn.softmax(scores, axis=-1)
-    probs = probs * tf.cast(tf.reduce_any(mask, axis=-1, keepdims=True), probs.dtype)
+        mask = ops.logical_and(mask, ops.cast(key_mask, "bool")[:, None, None, :])
+    scores = ops.where(mask, scores, _MASKED_SCORE)
+    probs = ops.softmax(scores, axis=-1)
+    probs = probs * ops.cast(ops.any(mask, axis=-1, keepdims=True), probs.dtype)
     if dropout_fn is not None:
         probs = dropout_fn(probs)
-    return tf.einsum("bhqk,bkhd->bqhd", tf.cast(probs, value.dtype), value)
+    return ops.einsum("bhqk,bkhd->bqhd", ops.cast(probs, value.dtype), value)
 
 
 class _Part:
@@ -99,37 +100,37 @@ def _local_part(q, k, v, valid, stride, window, previous_block, shapes):
     or the query's own block (previous_block=False, window = stride)."""
     batch, blocks, heads, depth = shapes
     padded = blocks * stride
-    qb = tf.reshape(q, [batch, blocks, stride, heads, depth])
-    kb = tf.reshape(k, [batch, blocks, stride, heads, depth])
-    vb = tf.reshape(v, [batch, blocks, stride, heads, depth])
-    valid_b = tf.reshape(valid, [batch, blocks, stride])
+    qb = ops.reshape(q, [batch, blocks, stride, heads, depth])
+    kb = ops.reshape(k, [batch, blocks, stride, heads, depth])
+    vb = ops.reshape(v, [batch, blocks, stride, heads, depth])
+    valid_b = ops.reshape(valid, [batch, blocks, stride])
     offset = 0
     if previous_block:
         def with_previous(x):
             # Block b sees blocks b - 1 and b; block 0's "previous" block is all zeros and
             # masked through `valid`.
-            shifted = tf.concat([tf.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
-            return tf.concat([shifted, x], axis=2)
+            shifted = ops.concatenate([ops.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
+            return ops.concatenate([shifted, x], axis=2)
 
         kb, vb, valid_b = with_previous(kb), with_previous(vb), with_previous(valid_b)
         offset = stride
-    scores = tf.cast(tf.einsum("bnqhd,bnkhd->bnhqk", qb, kb), tf.float32)
-    query_index = tf.range(stride)[:, None] + offset
-    key_index = tf.range(tf.shape(kb)[2])[None, :]
+    scores = ops.cast(ops.einsum("bnqhd,bnkhd->bnhqk", qb, kb), "float32")
+    query_index = ops.arange(stride)[:, None] + offset
+    key_index = ops.arange(ops.shape(kb)[2])[None, :]
     distance = query_index - key_index
-    relative = tf.logical_and(distance >= 0, distance < window)  # [l, keys]
-    mask = tf.logical_and(relative[None, None, None], valid_b[:, :, None, None, :])
+    relative = ops.logical_and(distance >= 0, distance < window)  # [l, keys]
+    mask = ops.logical_and(relative[None, None, None], valid_b[:, :, None, None, :])
 
     def to_queries(x):  # [B, nb, H, l] -> [B, Tp, H]
-        return tf.reshape(tf.transpose(x, [0, 1, 3, 2]), [batch, padded, heads])
+        return ops.reshape(ops.transpose(x, [0, 1, 3, 2]), [batch, padded, heads])
 
     def from_queries(x):  # [B, Tp, H] -> [B, nb, H, l, 1]
-        x = tf.transpose(tf.reshape(x, [batch, blocks, stride, heads]), [0, 1, 3, 2])
+        x = ops.transpose(ops.reshape(x, [batch, blocks, stride, heads]), [0, 1, 3, 2])
         return x[..., None]
 
     def attend(probs):
-        out = tf.einsum("bnhqk,bnkhd->bnqhd", tf.cast(probs, vb.dtype), vb)
-        return tf.reshape(out, [batch, padded, heads, depth])
+        out = ops.einsum("bnhqk,bnkhd->bnqhd", ops.cast(probs, vb.dtype), vb)
+        return ops.reshape(out, [batch, padded, heads, depth])
 
     return _Part(scores, mask, to_queries, from_queries, attend)
 
@@ -139,25 +140,25 @@ def _strided_part(q, k, v, valid, stride, strict, shapes):
     goes to residue class r, block b; within a class attention is causal over blocks."""
     batch, blocks, heads, depth = shapes
     padded = blocks * stride
-    qg = tf.reshape(q, [batch, blocks, stride, heads, depth])
-    kg = tf.reshape(k, [batch, blocks, stride, heads, depth])
-    vg = tf.reshape(v, [batch, blocks, stride, heads, depth])
-    scores = tf.cast(tf.einsum("bnrhd,bmrhd->brhnm", qg, kg), tf.float32)  # [B,l,H,nb,nb]
-    block = tf.range(blocks)
+    qg = ops.reshape(q, [batch, blocks, stride, heads, depth])
+    kg = ops.reshape(k, [batch, blocks, stride, heads, depth])
+    vg = ops.reshape(v, [batch, blocks, stride, heads, depth])
+    scores = ops.cast(ops.einsum("bnrhd,bmrhd->brhnm", qg, kg), "float32")  # [B,l,H,nb,nb]
+    block = ops.arange(blocks)
     order = block[None, :] < block[:, None] if strict else block[None, :] <= block[:, None]
-    valid_g = tf.transpose(tf.reshape(valid, [batch, blocks, stride]), [0, 2, 1])
-    mask = tf.logical_and(order[None, None, None], valid_g[:, :, None, None, :])
+    valid_g = ops.transpose(ops.reshape(valid, [batch, blocks, stride]), [0, 2, 1])
+    mask = ops.logical_and(order[None, None, None], valid_g[:, :, None, None, :])
 
     def to_queries(x):  # [B, l, H, nb] -> [B, Tp, H]
-        return tf.reshape(tf.transpose(x, [0, 3, 1, 2]), [batch, padded, heads])
+        return ops.reshape(ops.transpose(x, [0, 3, 1, 2]), [batch, padded, heads])
 
     def from_queries(x):  # [B, Tp, H] -> [B, l, H, nb, 1]
-        x = tf.transpose(tf.reshape(x, [batch, blocks, stride, heads]), [0, 2, 3, 1])
+        x = ops.transpose(ops.reshape(x, [batch, blocks, stride, heads]), [0, 2, 3, 1])
         return x[..., None]
 
     def attend(probs):
-        out = tf.einsum("brhnm,bmrhd->bnrhd", tf.cast(probs, vg.dtype), vg)
-        return tf.reshape(out, [batch, padded, heads, depth])
+        out = ops.einsum("brhnm,bmrhd->bnrhd", ops.cast(probs, vg.dtype), vg)
+        return ops.reshape(out, [batch, padded, heads, depth])
 
     return _Part(scores, mask, to_queries, from_queries, attend)
 
@@ -170,28 +171,28 @@ def _summary_part(q, k, v, valid, stride, summary, strict, shapes):
 
     def summary_cells(x):
         shape = _static_or_dynamic(x)
-        x = tf.reshape(x, [batch, blocks, stride] + shape[2:])[:, :, stride - summary:]
-        return tf.reshape(x, [batch, blocks * summary] + shape[2:])
+        x = ops.reshape(x, [batch, blocks, stride] + shape[2:])[:, :, stride - summary:]
+        return ops.reshape(x, [batch, blocks * summary] + shape[2:])
 
     ks, vs, valid_s = summary_cells(k), summary_cells(v), summary_cells(valid)
-    scores = tf.cast(tf.einsum("bqhd,bkhd->bhqk", q, ks), tf.float32)  # [B, H, Tp, nb*c]
-    query_position = tf.range(padded)
-    key_position = tf.reshape(
-        tf.range(blocks)[:, None] * stride + tf.range(stride - summary, stride)[None, :], [-1])
+    scores = ops.cast(ops.einsum("bqhd,bkhd->bhqk", q, ks), "float32")  # [B, H, Tp, nb*c]
+    query_position = ops.arange(padded)
+    key_position = ops.reshape(
+        ops.arange(blocks)[:, None] * stride + ops.arange(stride - summary, stride)[None, :], [-1])
     if strict:
         order = (key_position[None, :] // stride) < (query_position[:, None] // stride)
     else:
         order = key_position[None, :] <= query_position[:, None]
-    mask = tf.logical_and(order[None, None], valid_s[:, None, None, :])
+    mask = ops.logical_and(order[None, None], valid_s[:, None, None, :])
 
     def to_queries(x):  # [B, H, Tp] -> [B, Tp, H]
-        return tf.transpose(x, [0, 2, 1])
+        return ops.transpose(x, [0, 2, 1])
 
     def from_queries(x):  # [B, Tp, H] -> [B, H, Tp, 1]
-        return tf.transpose(x, [0, 2, 1])[..., None]
+        return ops.transpose(x, [0, 2, 1])[..., None]
 
     def attend(probs):
-        return tf.einsum("bhqk,bkhd->bqhd", tf.cast(probs, vs.dtype), vs)
+        return ops.einsum("bhqk,bkhd->bqhd", ops.cast(probs, vs.dtype), vs)
 
     return _Part(scores, mask, to_queries, from_queries, attend)
 
@@ -239,7 +240,7 @@ def blocked_sparse_attention(query, key, value, pattern, stride=None, summary=1,
     """
     sparse_patterns.check_pattern(pattern, stride, summary, component)
     if pattern == "dense":
-        length = tf.shape(query)[1]
+        length = ops.shape(query)[1]
         return masked_dense_attention(
             query, key, value, sparse_patterns.causal_sparse_mask(length, "dense"),
             key_mask=key_mask, dropout_fn=dropout_fn)
@@ -254,34 +255,36 @@ def blocked_sparse_attention(query, key, value, pattern, stride=None, summary=1,
                                      stride, summary, part, key_mask, dropout_fn)
             for part, s in (("A1", slice(0, half)), ("A2", slice(half, heads)))
         ]
-        return tf.concat(outputs, axis=2)
+        return ops.concatenate(outputs, axis=2)
 
-    batch, length = tf.shape(query)[0], tf.shape(query)[1]
+    batch, length = ops.shape(query)[0], ops.shape(query)[1]
     heads, depth = _static_or_dynamic(query)[2:]
     blocks = (length + stride - 1) // stride
     padding = blocks * stride - length
-    query = query * tf.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
+    query = query * ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
     pad = [[0, 0], [0, padding], [0, 0], [0, 0]]
-    q, k, v = tf.pad(query, pad), tf.pad(key, pad), tf.pad(value, pad)
-    valid = tf.sequence_mask(tf.fill([batch], length), blocks * stride)
+    q, k, v = ops.pad(query, pad), ops.pad(key, pad), ops.pad(value, pad)
+    valid = ops.logical_and(ops.ones((batch, 1), dtype="bool"),
+                            ops.arange(blocks * stride)[None, :] < length)
     if key_mask is not None:
-        valid = tf.logical_and(valid, tf.pad(tf.cast(key_mask, tf.bool), [[0, 0], [0, padding]]))
+        valid = ops.logical_and(valid, ops.pad(ops.cast(key_mask, "bool"),
+                                               [[0, 0], [0, padding]]))
 
     parts = _parts(pattern, component, q, k, v, valid, stride, summary,
                    (batch, blocks, heads, depth))
     # One softmax over all parts: shift by the per-query maximum over every part.
     maximum = None
     for part in parts:
-        part.scores = tf.where(part.mask, part.scores, _MASKED_SCORE)
-        part_max = part.to_queries(tf.reduce_max(part.scores, axis=-1))
-        maximum = part_max if maximum is None else tf.maximum(maximum, part_max)
-    maximum = tf.stop_gradient(maximum)  # any shift gives the same softmax
+        part.scores = ops.where(part.mask, part.scores, _MASKED_SCORE)
+        part_max = part.to_queries(ops.max(part.scores, axis=-1))
+        maximum = part_max if maximum is None else ops.maximum(maximum, part_max)
+    maximum = ops.stop_gradient(maximum)  # any shift gives the same softmax
     total = 0.0
     for part in parts:
-        part.exp = tf.exp(part.scores - part.from_queries(maximum))
-        part.exp = part.exp * tf.cast(part.mask, part.exp.dtype)
-        total = total + part.to_queries(tf.reduce_sum(part.exp, axis=-1))
-    total = tf.maximum(total, 1e-30)  # a query with no allowed key gets zeros, not NaN
+        part.exp = ops.exp(part.scores - part.from_queries(maximum))
+        part.exp = part.exp * ops.cast(part.mask, part.exp.dtype)
+        total = total + part.to_queries(ops.sum(part.exp, axis=-1))
+    total = ops.maximum(total, 1e-30)  # a query with no allowed key gets zeros, not NaN
     output = 0.0
     for part in parts:
         probs = part.exp / part.from_queries(total)

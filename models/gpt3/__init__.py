@@ -29,10 +29,6 @@ ARCHITECTURE = registry.register(
         paper="Brown et al. 2020, Language Models are Few-Shot Learners (NeurIPS), "
               "arXiv:2005.14165; sparse attention: Child et al. 2019, Generating Long "
               "Sequences with Sparse Transformers, arXiv:1904.10509",
-        backends=("tensorflow",),
-        tensorflow_only_because=(
-            "its sparse attention kernels "
-            "(models/attention/sparse_kernels.py) are written in TensorFlow ops"),
     )
 )
 
