@@ -27,11 +27,6 @@ ARCHITECTURE = registry.register(
         hf_model_types=("electra",),
         paper="Clark et al. 2020, ELECTRA: Pre-training Text Encoders as Discriminators "
               "Rather Than Generators (ICLR), arXiv:2003.10555",
-        backends=("tensorflow",),
-        tensorflow_only_because=(
-            "the generator's samples use TensorFlow's stateless "
-            "categorical sampling with per-replica seeds, scattered back with "
-            "tf.tensor_scatter_nd_update"),
     )
 )
 

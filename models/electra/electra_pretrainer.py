@@ -1,9 +1,10 @@
 """ELECTRA's pre-training task: replaced token detection (Clark et al. 2020 §2, Figure 2)."""
 
 import keras
-from lmfactory.models.backend import tf
 from keras import ops
 
+from lmfactory.models import backend
+from lmfactory.models.backend import tf
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 from lmfactory.models.electra.electra_backbone import ELECTRA_BACKBONE_INPUTS
 from lmfactory.models.electra.electra_generator import ElectraGenerator
@@ -155,9 +156,17 @@ class ElectraPretrainer(SubclassedTask):
     # ------------------------------------------------------------------ corruption
 
     def sample(self, mlm_logits):
-        """One token per prediction from the generator's softmax, [B, P] int32; no gradient."""
+        """One token per prediction from the generator's softmax, [B, P] int32; no gradient.
+
+        On TensorFlow each replica of a `tf.distribute` strategy folds its id into the seed
+        (stateless sampling). On JAX the step is one global program under jit, so one
+        draw from the seed generator covers the global batch."""
         logits = ops.cast(ops.stop_gradient(mlm_logits), "float32")
         vocabulary_size = ops.shape(logits)[-1]
+        if not backend.is_tensorflow():
+            samples = keras.random.categorical(ops.reshape(logits, (-1, vocabulary_size)), 1,
+                                               seed=self.seed_generator, dtype="int32")
+            return ops.reshape(samples, ops.shape(logits)[:-1])
         seed = tf.cast(self.seed_generator.next(), tf.int32)
         context = tf.distribute.get_replica_context()
         if context is not None and context.num_replicas_in_sync > 1:
@@ -175,20 +184,22 @@ class ElectraPretrainer(SubclassedTask):
         there), `replaced` [B, T] int32 (1 where the two differ) and `sampled` [B, P].
         Predictions of weight 0 (padding) change nothing.
         """
-        token_ids = tf.cast(x["token_ids"], tf.int32)
-        positions = tf.cast(x["mask_positions"], tf.int32)
-        real = tf.cast(mlm_weights, tf.float32) > 0
-        current = tf.gather(token_ids, positions, batch_dims=1)
+        token_ids = ops.cast(x["token_ids"], "int32")
+        positions = ops.cast(x["mask_positions"], "int32")
+        real = ops.cast(mlm_weights, "float32") > 0
+        current = ops.take_along_axis(token_ids, positions, axis=1)
         sampled = self.sample(mlm_logits)
-        batch_index = tf.broadcast_to(tf.range(tf.shape(positions)[0])[:, None],
-                                      tf.shape(positions))
-        indices = tf.stack([batch_index, positions], axis=-1)
-        original_ids = tf.tensor_scatter_nd_update(
-            token_ids, indices, tf.where(real, tf.cast(mlm_labels, tf.int32), current))
-        corrupted_ids = tf.tensor_scatter_nd_update(
-            token_ids, indices, tf.where(real, sampled, current))
-        replaced = tf.cast(tf.not_equal(original_ids, corrupted_ids), tf.int32)
-        replaced = replaced * tf.cast(x["padding_mask"], tf.int32)
+        batch_index = ops.broadcast_to(ops.arange(ops.shape(positions)[0])[:, None],
+                                       ops.shape(positions))
+        indices = ops.reshape(ops.stack([batch_index, positions], axis=-1), (-1, 2))
+
+        def scattered(values):  # token_ids with `values` [B, P] at mask_positions
+            return ops.scatter_update(token_ids, indices, ops.reshape(values, (-1,)))
+
+        original_ids = scattered(ops.where(real, ops.cast(mlm_labels, "int32"), current))
+        corrupted_ids = scattered(ops.where(real, sampled, current))
+        replaced = ops.cast(ops.not_equal(original_ids, corrupted_ids), "int32")
+        replaced = replaced * ops.cast(x["padding_mask"], "int32")
         return {"original_ids": original_ids, "corrupted_ids": corrupted_ids,
                 "replaced": replaced, "sampled": sampled}
 
@@ -223,12 +234,12 @@ class ElectraPretrainer(SubclassedTask):
 
         correct = ops.cast(ops.equal(ops.cast(rtd_logits > 0, "float32"), rtd_labels),
                            "float32")
-        rtd_accuracy = tf.math.divide_no_nan(
+        rtd_accuracy = ops.divide_no_nan(
             sum_over_replicas(ops.sum(token_weights * correct)), global_tokens)
         real_predictions = ops.cast(mlm_weights > 0, "float32")
         replaced_at_predictions = ops.cast(ops.not_equal(
             corruption["sampled"], ops.cast(mlm_labels, "int32")), "float32")
-        replaced_fraction = tf.math.divide_no_nan(
+        replaced_fraction = ops.divide_no_nan(
             sum_over_replicas(ops.sum(real_predictions * replaced_at_predictions)),
             sum_over_replicas(ops.sum(real_predictions)))
         return {"mlm_loss": mlm_loss, "rtd_loss": rtd_loss,
