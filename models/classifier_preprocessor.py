@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.registry import SEGMENT_LAYOUTS as LAYOUTS
 
 BERT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}

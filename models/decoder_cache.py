@@ -54,8 +54,9 @@ helpers below:
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
 from keras import ops
+
+from lmfactory.models.backend import tf
 
 # keras' `dot_product_attention` (TensorFlow backend) fills masked logits with this.
 _MASKED_LOGIT = -0.7 * 3.38953e38

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from lmfactory.models.backend import tf
 
+
 try:  # tf.data internals (TensorFlow 2.16, pinned); without them host_map is Dataset.map
     from tensorflow.python.data.ops import dataset_ops, structured_function
     from tensorflow.python.ops import gen_dataset_ops

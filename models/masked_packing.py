@@ -11,6 +11,7 @@ of the two-pass packing.
 from __future__ import annotations
 
 import keras_nlp
+
 from lmfactory.models.backend import tf
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from lmfactory.models.backend import tf
 
+
 MASK_KEY = "padding_mask"
 
 

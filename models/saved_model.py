@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 
 import keras
+
 from lmfactory.models.backend import tf
 
 

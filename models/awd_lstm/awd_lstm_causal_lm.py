@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import keras
-from lmfactory.models.backend import tf
 from keras import ops
 
 from lmfactory.models.awd_lstm.scaled_updates import apply_scaled_updates
 from lmfactory.models.awd_lstm.ulmfit_schedule import (backbone_groups, group_scales,
                                                        use_slanted_triangular)
 from lmfactory.models.awd_lstm.variable_bptt import sample_sequence_length
+from lmfactory.models.backend import tf
 from lmfactory.models.generation import CausalLMGeneration
 from lmfactory.models.task_losses import (next_token_loss, sum_over_replicas, track_loss,
                                           with_regularization)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+
 from lmfactory.models.backend import tf
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from lmfactory.models.backend import tf
 
 
+
 def apply_scaled_updates(optimizer, gradients, variables, scales=None, gradient_masks=None):
     """``optimizer.apply_gradients`` with every variable's step multiplied by its scale.
 

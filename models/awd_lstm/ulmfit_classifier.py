@@ -5,7 +5,6 @@ unfreezing."""
 from __future__ import annotations
 
 import keras
-from lmfactory.models.backend import tf
 from keras import ops
 
 from lmfactory.models.awd_lstm.concat_pooling import ConcatPooling
@@ -14,6 +13,7 @@ from lmfactory.models.awd_lstm.ulmfit_schedule import (adam_betas, backbone_grou
                                                        group_scales,
                                                        schedule_value,
                                                        use_slanted_triangular)
+from lmfactory.models.backend import tf
 from lmfactory.models.task_model import Task, int_inputs
 
 CLASSIFIER_INPUTS = ("token_ids", "padding_mask")

@@ -33,8 +33,9 @@ from __future__ import annotations
 import math
 
 import keras
-from lmfactory.models.backend import tf
 from keras import ops
+
+from lmfactory.models.backend import tf
 
 
 @keras.saving.register_keras_serializable(package="lmfactory")

@@ -15,8 +15,8 @@ context).
 from __future__ import annotations
 
 import numpy as np
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.charlm.charlm_causal_lm import bits_per_character
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import keras_nlp
 import numpy as np
+
 from lmfactory.models.backend import tf
 
 VOCABULARY_SIZE = 256

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import keras
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.tokenizers.normalization import lowercase_characters
 from lmfactory.models.tokenizers.word import split_words
 from lmfactory.models.tokenizers.word_characters import (MAX_CHARACTERS_PER_TOKEN,

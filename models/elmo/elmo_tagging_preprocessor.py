@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.tasks.token_classification_preprocessor import (
     TokenClassificationPreprocessor, as_ragged_words)
 from lmfactory.models.tokenizers.normalization import lowercase_characters

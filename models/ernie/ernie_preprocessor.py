@@ -8,8 +8,8 @@ import logging
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.classifier_preprocessor import BERT_SPECIAL_TOKENS
 
 

@@ -2,9 +2,9 @@
 Zhang et al. 2019 §3.4."""
 
 import keras
-from lmfactory.models.backend import tf
 from keras import ops
 
+from lmfactory.models.backend import tf
 from lmfactory.models.bert.bert_backbone import bert_kernel_initializer
 from lmfactory.models.ernie.ernie_backbone import ERNIE_BACKBONE_INPUTS
 from lmfactory.models.task_losses import (masked_lm_objective, sentence_objective,

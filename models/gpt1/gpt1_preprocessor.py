@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import keras
-from lmfactory.models.backend import tf
 
 from lmfactory.models import masked_packing
+from lmfactory.models.backend import tf
 
 GPT1_TASKS = ("classification", "entailment", "similarity", "multiple_choice")
 # The vocabulary roles of GPT-1's fine-tuning tokens (models/gpt1/__init__.py).

@@ -35,10 +35,10 @@ import re
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
 from keras_hub.src.tokenizers.word_piece_tokenizer import pretokenize
 from keras_hub.src.utils.tensor_utils import convert_to_ragged_batch, preprocessing_function
 
+from lmfactory.models.backend import tf
 from lmfactory.models.tokenizers.byte_level_bpe import register_word_end_tokenizer
 from lmfactory.models.tokenizers.normalization import lowercase_characters
 from lmfactory.models.tokenizers.wordpiece import bert_normalize

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import keras
 import numpy as np
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.kagnet.kagnet_graph import ConceptGraph
 
 GRAPH_INPUTS = ("concept_ids", "edges", "pair_nodes", "path_nodes", "path_relations")

@@ -5,8 +5,8 @@ exported SavedModel run the same layer)."""
 from __future__ import annotations
 
 import keras
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.kagnet.kagnet_graph import ConceptGraph
 from lmfactory.models.kagnet.kagnet_path_finder import GRAPH_INPUTS, ConceptPathFinder
 

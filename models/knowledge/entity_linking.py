@@ -30,6 +30,7 @@ import unicodedata
 from typing import Iterable, Sequence
 
 import keras
+
 from lmfactory.models.backend import tf
 
 _ASCII_SPACES = "\t\n\v\f\r "

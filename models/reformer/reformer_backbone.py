@@ -13,10 +13,10 @@ N(0, 1) axial tables, as the reference.
 """
 
 import keras
-from lmfactory.models.backend import tf
 from keras import ops
 
 from lmfactory.models.backbone import Backbone
+from lmfactory.models.backend import tf
 from lmfactory.models.reformer.reformer_axial_position_embedding import \
     ReformerAxialPositionEmbedding
 from lmfactory.models.reformer.reformer_reversible_stack import ReformerReversibleStack

@@ -8,8 +8,8 @@ activation, dense back to the width, dropout. keras-nlp has no chunked feed-forw
 """
 
 import keras
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.reformer import reformer_attention_utils as utils
 
 

@@ -11,8 +11,8 @@ attention a query may attend to itself.
 
 import keras
 import numpy as np
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.reformer import reformer_attention_utils as utils
 
 

@@ -30,8 +30,8 @@ draws).
 
 import keras
 import numpy as np
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.reformer import reformer_attention_utils as utils
 
 

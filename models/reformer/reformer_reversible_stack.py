@@ -20,8 +20,8 @@ A mechanism keras-nlp lacks, hence a layer of our own.
 """
 
 import keras
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.reformer import reformer_attention_utils as utils
 from lmfactory.models.reformer.reformer_chunked_feed_forward import ReformerChunkedFeedForward
 from lmfactory.models.reformer.reformer_local_attention import ReformerLocalAttention

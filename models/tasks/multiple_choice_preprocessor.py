@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+
 from lmfactory.models.backend import tf
 
 

@@ -8,8 +8,8 @@ serving export.
 
 from __future__ import annotations
 
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.classifier_preprocessor import select_inputs
 from lmfactory.models.tasks.token_classification_preprocessor import word_predictions
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 
 import keras
+
 from lmfactory.models.backend import tf
 
 DEFAULT_MARKERS = {"head_marker": "*", "tail_marker": "~"}

@@ -18,6 +18,7 @@ its own before the word tokenizer runs (the rule the ingested text went through)
 """
 
 import keras
+
 from lmfactory.models.backend import tf
 
 # The inverse of the punctuation split, for output text: closing marks attach to the word

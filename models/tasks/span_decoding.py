@@ -28,6 +28,7 @@ import dataclasses
 import math
 
 import numpy as np
+
 from lmfactory.models.backend import tf
 
 N_BEST_SIZE = 20

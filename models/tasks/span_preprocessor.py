@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
-from lmfactory.models.backend import tf_text
 from keras_hub.src.tokenizers.word_piece_tokenizer import (
     PUNCTUATION_AND_CJK_REGEX, WHITESPACE_PUNCTUATION_AND_CJK_REGEX)
 
+from lmfactory.models.backend import tf, tf_text
 from lmfactory.models.tokenizers import BertWordPieceTokenizer
 
 DEFAULT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}

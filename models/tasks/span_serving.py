@@ -4,9 +4,9 @@ v2.0 null threshold) in one TensorFlow graph."""
 
 from __future__ import annotations
 
-from lmfactory.models.backend import tf
 
 from lmfactory.models import saved_model
+from lmfactory.models.backend import tf
 from lmfactory.models.request_length import call_on_longest, serving_multiple
 from lmfactory.models.tasks.span_decoding import MAX_ANSWER_LENGTH, N_BEST_SIZE, decode_graph
 from lmfactory.models.tasks.span_extractor import MASKED_LOGIT

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
 from keras_hub.src.utils.tensor_utils import no_convert_scope
+
+from lmfactory.models.backend import tf
 
 BERT_SPECIAL_TOKENS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]"}
 NO_WORD = -1

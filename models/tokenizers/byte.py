@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
 from keras_hub.src.utils.tensor_utils import convert_to_ragged_batch, preprocessing_function
 
+from lmfactory.models.backend import tf
 from lmfactory.models.tokenizers.config import unique_special_tokens
 from lmfactory.models.tokenizers.kinds import TokenizerKind, register_kind
 

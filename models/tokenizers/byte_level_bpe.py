@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.tokenizers.byte_level_fast import (WORD_PIECES_FILE,
                                                          ByteLevelBpeTokenizer,
                                                          read_word_pieces)

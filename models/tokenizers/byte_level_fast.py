@@ -41,9 +41,9 @@ import re
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
+from lmfactory.models.backend import tf
 from lmfactory.models.tokenizers.byte_level_split import (character_classes, keras_nlp_split,
                                                           merge_rows, split_words)
 

@@ -36,10 +36,11 @@ import unicodedata
 
 import numpy as np
 import regex
-from lmfactory.models.backend import tf
 from keras_hub.src.tokenizers.byte_pair_tokenizer import (SPECIAL_WHITESPACES, SPLIT_PATTERN_1,
                                                           SPLIT_PATTERN_2,
                                                           create_alts_for_unsplittable_tokens)
+
+from lmfactory.models.backend import tf
 
 SPACE, LETTER, NUMBER, OTHER, APOSTROPHE, UNSAFE = range(6)
 # Code points from here on are all sent to keras-nlp's split (rare: CJK extensions G/H,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.tokenizers.kinds import get_kind, kind_names
 
 TOKENIZER_CONFIG = "tokenizer.json"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import os
 
-from lmfactory.models.backend import tf
 
+from lmfactory.models.backend import tf
 from lmfactory.models.tokenizers.config import read_lines, write_tokenizer_config
 from lmfactory.models.tokenizers.sentencepiece import AlbertSentencePieceTokenizer
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lmfactory.models.backend import tf
 
+
 # Characters for which Python's str.isspace() is true (what `str.split()` splits on);
 # RE2's \s is ASCII only. tests/test_tokenizer_import.py checks this against Python.
 PYTHON_WHITESPACE = ("\\t-\\r\\x{1c}-\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}"

@@ -15,10 +15,9 @@ import unicodedata
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
-from lmfactory.models.backend import tf_text
 from keras_hub.src.utils.tensor_utils import is_string_dtype, preprocessing_function
 
+from lmfactory.models.backend import tf, tf_text
 from lmfactory.models.tokenizers.config import vocabulary_path
 from lmfactory.models.tokenizers.kinds import TokenizerKind, register_kind
 from lmfactory.models.tokenizers.normalization import PYTHON_WHITESPACE, lowercase_characters

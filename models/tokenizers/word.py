@@ -20,9 +20,9 @@ from __future__ import annotations
 import keras
 import keras_nlp
 import numpy as np
-from lmfactory.models.backend import tf
 from keras_hub.src.utils.tensor_utils import convert_to_ragged_batch, preprocessing_function
 
+from lmfactory.models.backend import tf
 from lmfactory.models.tokenizers.config import (read_lines, read_tokenizer_config,
                                                 unique_special_tokens, vocabulary_path)
 from lmfactory.models.tokenizers.kinds import TokenizerKind, register_kind

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from lmfactory.models.backend import tf
 
+
 PADDED_TOKEN = 0
 BEGIN_SENTENCE = 257
 END_SENTENCE = 258

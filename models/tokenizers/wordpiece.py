@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import keras
 import keras_nlp
-from lmfactory.models.backend import tf
-from lmfactory.models.backend import tf_text
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
+from lmfactory.models.backend import tf, tf_text
 from lmfactory.models.tokenizers.config import read_lines, vocabulary_path
 from lmfactory.models.tokenizers.kinds import TokenizerKind, register_kind
 from lmfactory.models.tokenizers.normalization import PYTHON_WHITESPACE, lowercase_characters

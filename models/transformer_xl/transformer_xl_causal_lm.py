@@ -4,9 +4,9 @@ segment with the memory carried across steps (Dai et al. 2019, §3.2, §4)."""
 from __future__ import annotations
 
 import keras
-from lmfactory.models.backend import tf
 from keras import ops
 
+from lmfactory.models.backend import tf
 from lmfactory.models.generation import CausalLMGeneration
 from lmfactory.models.task_losses import (next_token_loss, sum_over_replicas,
                                           with_regularization)

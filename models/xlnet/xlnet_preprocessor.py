@@ -5,9 +5,9 @@ segment ids 0 for A and its `<sep>`, 1 for B and its `<sep>`, 2 for `<cls>`."""
 from __future__ import annotations
 
 import keras
-from lmfactory.models.backend import tf
 
 from lmfactory.models import masked_packing
+from lmfactory.models.backend import tf
 
 CLS_SEGMENT = 2  # the reference's SEG_ID_CLS
 SPECIAL_ROLES = {"sep_token_id": "sep", "cls_token_id": "cls", "pad_token_id": "pad"}
