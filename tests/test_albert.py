@@ -1,7 +1,6 @@
 """Tests of ALBERT (Lan et al. 2020): backbone and its four sharing modes, parameter counts
 against the paper, pre-training and classification tasks, and parity with Hugging Face."""
 
-import gc
 import json
 import shutil
 
@@ -375,8 +374,7 @@ def _count(**config):
     pooler = backbone.pooler_dense.count_params()
     projection = backbone.embedding_projection.count_params()
     del backbone
-    keras.backend.clear_session()
-    gc.collect()
+    keras.backend.clear_session()  # and its garbage collection frees the weights
     return count, pooler, projection
 
 

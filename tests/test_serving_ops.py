@@ -8,6 +8,7 @@ every kind's packing at least once, `serving_models.audit_cases`), every pair wi
 LMFACTORY_FULL_OP_AUDIT=1 (~2.5x the time)."""
 
 import functools
+import json
 import os
 
 import pytest
@@ -41,12 +42,21 @@ def test_model_server_op_set_is_core_plus_tensorflow_text():
 def test_op_set_is_listed_once_per_versions_and_cached(tmp_path, monkeypatch):
     """The first call lists the ops in a fresh interpreter and writes the cache file; later
     calls (other processes) read it; a damaged file is listed again; another TensorFlow
-    version has another file."""
+    version has another file. (The listing after the damage is counted and gives the first
+    listing's ops again, without a second interpreter: what the interpreter lists does not
+    change within a run.)"""
     monkeypatch.setenv("LMFACTORY_CACHE_DIR", str(tmp_path))
     op_audit.model_server_ops.cache_clear()
-    listings = []
+    listings, listed = [], []
     real_list = op_audit._list_ops
-    monkeypatch.setattr(op_audit, "_list_ops", lambda: listings.append(1) or real_list())
+
+    def list_ops():
+        listings.append(1)
+        if not listed:
+            listed.append(json.dumps(real_list()))
+        return json.loads(listed[0])
+
+    monkeypatch.setattr(op_audit, "_list_ops", list_ops)
     try:
         path = op_audit.op_set_cache_path()
         assert os.path.dirname(path) == str(tmp_path) and "2.16.2" in os.path.basename(path)

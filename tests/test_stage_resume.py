@@ -7,7 +7,7 @@ student taught by a teacher Model artifact, on dynamically masked records). Pret
 the classifier's fine-tuning are in tests/test_trainer_resume.py, the KnowledgeTrainer in
 tests/test_pipeline_ernie.py (on its DAG's own graph, embeddings and records).
 
-Each stage is tiny and short: 40 steps, a checkpoint every 5, killed after the second; no
+Each stage is tiny and short: 20 steps, a checkpoint every 5, killed after the second; no
 serving export (the Model artifact's keras/ folder is what is compared)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from lmfactory.recipe import load_recipe
 
 pytestmark = pytest.mark.dag  # each case trains three times in processes of its own
 
-STEPS, STEPS_PER_CHECKPOINT, KILL_AFTER_EPOCH = 40, 5, 2
+STEPS, STEPS_PER_CHECKPOINT, KILL_AFTER_EPOCH = 20, 5, 2
 SEQUENCE_LENGTH = 32
 
 

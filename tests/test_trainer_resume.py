@@ -31,9 +31,9 @@ def _spec(tmp, examples, train_steps: int, run: str = "") -> dict:
 
 def test_killed_training_resumes_from_last_checkpoint(bert_examples):
     tmp, examples = bert_examples
-    spec = _spec(tmp, examples, train_steps=100)
+    spec = _spec(tmp, examples, train_steps=60)
     output, saved_epoch = resume_runs.kill_resume_and_compare(tmp, spec, kill_after_epoch=2,
-                                                              epochs=10)
+                                                              epochs=6)
     model = tmp / "model"
     for name in ["keras/model.keras", "keras/backbone.weights.h5", "keras/model_config.json",
                  "keras/vocabulary/vocab.txt", "Format-Serving/saved_model.pb"]:
@@ -62,12 +62,12 @@ def test_killed_fine_tuning_resumes_exactly(bert_examples, demo_data, tmp_path):
                              "path": str(tmp_path / "train.tsv"), "eval_fraction": 0.2},
                             task_examples)
     recipe = load_recipe("bert_tiny_sst2", ["finetuning.sequence_length=32"])
-    spec = _spec(tmp_path / "killed", task_examples, train_steps=60)
+    spec = _spec(tmp_path / "killed", task_examples, train_steps=30)
     spec.update(base_model=str(base), train_files=[str(task_examples / "Split-train" / "*")],
                 eval_files=[str(task_examples / "Split-eval" / "*")])
     # The Model artifact's keras/ folder is what is compared; no serving export.
     spec["custom_config"].update(task=task_record(recipe), steps_per_checkpoint=5,
                                  learning_rate=3e-4, export_serving=False)
     output, saved_epoch = resume_runs.kill_resume_and_compare(
-        tmp_path, spec, kill_after_epoch=3, epochs=12)
-    assert f"at step {saved_epoch * 5} of 60" in output
+        tmp_path, spec, kill_after_epoch=3, epochs=6)
+    assert f"at step {saved_epoch * 5} of 30" in output
