@@ -60,6 +60,12 @@ def _failures(name: str, result: dict) -> list:
     return failures
 
 
+def _loss_difference(check: dict) -> str:
+    if check["loss_difference"] is None:
+        return "sampled"
+    return f"{check['loss_difference']:.1e}"
+
+
 def _report(results: dict) -> str:
     lines = [f"backend {results['backend']}, keras {results['keras']}"]
     for name, result in results["architectures"].items():
@@ -68,7 +74,8 @@ def _report(results: dict) -> str:
         elif "error" in result:
             lines.append(f"{name:24s} ERROR {result['error']}")
         else:
-            losses = ", ".join(f"{objective} {check['loss_jax']:.3f} -> "
+            losses = ", ".join(f"{objective} loss {check['loss_jax']:.3f} "
+                               f"(|diff| {_loss_difference(check)}) -> "
                                f"{check['loss_after_steps']:.3f}"
                                for objective, check in result["objectives"].items())
             lines.append(f"{name:24s} outputs max |diff| "
