@@ -180,7 +180,7 @@ class Architecture:
         if unknown or "tensorflow" not in self.backends:
             raise ValueError(f"Architecture {self.name!r}: backends must include "
                              f"'tensorflow' and be among {BACKENDS}, got {self.backends!r}")
-        if (self.backends != BACKENDS) != bool(self.tensorflow_only_because):
+        if (set(self.backends) != set(BACKENDS)) != bool(self.tensorflow_only_because):
             raise ValueError(f"Architecture {self.name!r}: tensorflow_only_because gives the "
                              f"reason exactly when backends leaves one out")
         unknown = sorted(set(self.preprocessors) - set(self.task_kinds))
