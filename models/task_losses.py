@@ -27,6 +27,8 @@ real predictions. Outside a strategy (or with one replica) every helper is the p
   TensorFlow's fused cross-entropy kernel.
 """
 
+import functools
+
 import keras
 from keras import ops
 
@@ -53,13 +55,11 @@ def _softmax_nll_rows_tf(logits, labels):
     return nll, gradient
 
 
-_CUSTOM_GRADIENT = {}
-
-
-def _softmax_nll_rows(logits, labels):
-    if "tf" not in _CUSTOM_GRADIENT:
-        _CUSTOM_GRADIENT["tf"] = tf.custom_gradient(_softmax_nll_rows_tf)
-    return _CUSTOM_GRADIENT["tf"](logits, labels)
+@functools.cache
+def _softmax_nll_rows():
+    """`_softmax_nll_rows_tf` with its gradient, made on first use (importing this module
+    needs no TensorFlow)."""
+    return tf.custom_gradient(_softmax_nll_rows_tf)
 
 
 def _sparse_softmax_nll_ops(labels, logits):
@@ -96,7 +96,7 @@ def sparse_softmax_nll(labels, logits):
     labels = tf.cast(tf.convert_to_tensor(labels), tf.int32)
     if labels.shape.rank == logits.shape.rank and labels.shape[-1] == 1:
         labels = tf.squeeze(labels, -1)
-    nll = _softmax_nll_rows(tf.reshape(logits, (-1, tf.shape(logits)[-1])),
+    nll = _softmax_nll_rows()(tf.reshape(logits, (-1, tf.shape(logits)[-1])),
                             tf.reshape(labels, (-1,)))
     return tf.reshape(nll, tf.shape(labels))
 

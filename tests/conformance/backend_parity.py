@@ -50,21 +50,14 @@ def _flatten(outputs, prefix=""):
     return {prefix.rstrip("/") or "output": np.asarray(outputs)}
 
 
-def _runs_on(name: str, backend: str) -> bool:
-    from lmfactory import models
-
-    return backend in models.get(name).backends
-
-
 # ------------------------------------------------------------------ TensorFlow side
 
 
 def _write_objective(model, objective, batch, folder):
+    from .tiny import to_numpy
     from .training import _loss
 
-    x, y, sample_weight = batch
-    numpy_batch = tuple(None if part is None else _to_numpy_tree(part)
-                        for part in (x, y, sample_weight))
+    numpy_batch = tuple(None if part is None else to_numpy(part) for part in batch)
     model(numpy_batch[0], training=False)
     first = _loss(model, *numpy_batch)
     second = _loss(model, *numpy_batch)
@@ -74,12 +67,6 @@ def _write_objective(model, objective, batch, folder):
     # A loss that samples (ELECTRA's generator) differs between two evaluations even on
     # one backend; only the training check applies to it.
     return {"loss": first, "deterministic": bool(first == second)}
-
-
-def _to_numpy_tree(value):
-    if isinstance(value, dict):
-        return {key: _to_numpy_tree(item) for key, item in value.items()}
-    return np.asarray(value)
 
 
 def write_reference(name: str, folder: str) -> dict:
@@ -192,9 +179,10 @@ def _describe(error) -> str:
 def _check_refused(name):
     from lmfactory import models
 
+    from .tiny import smallest_preset
+
     try:
-        models.build(name, "tiny" if "tiny" in models.get(name).presets
-                     else next(iter(models.get(name).presets)))
+        models.build(name, smallest_preset(name))
     except Exception as error:  # noqa: BLE001 (the message is the result)
         return {"refused": f"{type(error).__name__}: {error}"}
     return {"refused": None}
