@@ -11,7 +11,8 @@ geometry of the token-embedding rows by id band (mean norm and "cone": the norm 
 unit row), then fine-tunes the backbone and a fresh one with the architecture's classifier on
 a class-stratified sample of labelled sentences and scores both on the eval file.
 
-    python benchmarks/mlm_levers.py --examples RUN/pipeline/PretrainingExampleGen/pretraining_examples/N \
+    python benchmarks/mlm_levers.py \
+        --examples RUN/pipeline/PretrainingExampleGen/pretraining_examples/N \
         --train data/demo/sst2/train.tsv --eval data/demo/sst2/dev.tsv \
         --head untied --masked-lm-prob 0.4 --max-predictions 26 --steps 3000 --seeds 0,1
 """
