@@ -36,6 +36,7 @@ from lmfactory.models.roberta.roberta_backbone import (ROBERTA_BACKBONE_INPUTS,
 from lmfactory.models.task_model import MaskedLMPretrainer
 from lmfactory.models.tied_output import MaskedLMHead
 from lmfactory.models.tokenizers import load_tokenizer
+from transfer_probe import embedding_geometry, read_tsv
 
 ARCHITECTURE, PRESET = "roberta", "tiny"
 
@@ -70,18 +71,6 @@ def unigram_loss(files, config, vocabulary_size, eval_files) -> float:
     return float(-np.log(counts[tokens(eval_files)] / counts.sum()).mean())
 
 
-def embedding_geometry(backbone, bands=3) -> list:
-    table = np.asarray(backbone.token_embedding.embeddings)
-    rows = []
-    for band in np.array_split(np.arange(len(table)), bands):
-        vectors = table[band]
-        unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-        rows.append({"ids": [int(band[0]), int(band[-1])],
-                     "norm": float(np.linalg.norm(vectors, axis=1).mean()),
-                     "cone": float(np.linalg.norm(unit.mean(0)))})
-    return rows
-
-
 def pretrain(args, examples, config, vocabulary_size):
     keras.utils.set_random_seed(0)
     backbone = models.build(ARCHITECTURE, PRESET, vocabulary_size=vocabulary_size)
@@ -101,25 +90,28 @@ def pretrain(args, examples, config, vocabulary_size):
                       "seconds": time.time() - start}
 
 
-def read_tsv(path):
-    rows = [line.split("\t") for line in open(path, encoding="utf-8").read().splitlines()[1:]]
-    return np.array([row[0] for row in rows]), np.array([int(row[1]) for row in rows])
+def labelled_data(args, vocab_dir):
+    """The train and eval TSVs, read and packed once: (train inputs, labels, eval inputs,
+    eval labels)."""
+    preprocess = classifier_preprocessor(vocab_dir, ARCHITECTURE, 64)
 
+    def encode(texts):
+        return {k: np.asarray(v) for k, v in preprocess((np.array(texts),)).items()}
 
-def finetune(weights, vocab_dir, vocabulary_size, args, seed) -> float:
-    """Dev accuracy after fine-tuning (AdamW, 10% warmup, linear decay, clipping at 1.0) on
-    a stratified sample of ``args.budget`` sentences drawn with ``seed``."""
     texts, labels = read_tsv(args.train)
     eval_texts, eval_labels = read_tsv(args.eval)
+    return encode(texts), labels, encode(eval_texts), eval_labels
+
+
+def finetune(weights, data, vocabulary_size, args, seed) -> float:
+    """Dev accuracy after fine-tuning (AdamW, 10% warmup, linear decay, clipping at 1.0) on
+    ``args.budget`` train sentences, half of each class, drawn with ``seed``."""
+    train_x, labels, eval_x, eval_labels = data
     rng = np.random.default_rng(seed)
     per_class = args.budget // 2
     sample = np.concatenate([rng.choice(np.where(labels == c)[0], per_class, replace=False)
                              for c in (0, 1)])
     rng.shuffle(sample)
-    preprocess = classifier_preprocessor(vocab_dir, ARCHITECTURE, 64)
-
-    def encode(batch):
-        return {k: np.asarray(v) for k, v in preprocess((batch,)).items()}
 
     keras.utils.set_random_seed(seed)
     backbone = models.build(ARCHITECTURE, PRESET, vocabulary_size=vocabulary_size)
@@ -131,12 +123,10 @@ def finetune(weights, vocab_dir, vocabulary_size, args, seed) -> float:
     classifier.compile(keras.optimizers.AdamW(schedule, weight_decay=0.01, clipnorm=1.0),
                        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                        metrics=["accuracy"])
-    train_x = encode(texts[sample])
     data = tf.data.Dataset.from_tensor_slices(
-        ({k: train_x[k] for k in backbone.input}, labels[sample]))
+        ({k: train_x[k][sample] for k in backbone.input}, labels[sample]))
     classifier.fit(data.shuffle(len(sample), seed=seed).repeat().batch(32),
                    steps_per_epoch=args.finetune_steps, epochs=1, verbose=0)
-    eval_x = encode(eval_texts)
     return float(classifier.evaluate({k: eval_x[k] for k in backbone.input}, eval_labels,
                                      verbose=0)[1])
 
@@ -174,12 +164,13 @@ def main():
               "steps": args.steps, **curve,
               "unigram_loss": unigram_loss(f"{examples}/Split-train/*", config,
                                            vocabulary_size, f"{examples}/Split-eval/*"),
-              "embeddings": embedding_geometry(backbone), "finetuning": []}
+              "embeddings": embedding_geometry(backbone, bands=3), "finetuning": []}
     weights = backbone.get_weights()
+    data = labelled_data(args, vocab_dir)
     for seed in map(int, args.seeds.split(",")):
         result["finetuning"].append({
-            "seed": seed, "pretrained": finetune(weights, vocab_dir, vocabulary_size, args, seed),
-            "fresh": finetune(None, vocab_dir, vocabulary_size, args, seed)})
+            "seed": seed, "pretrained": finetune(weights, data, vocabulary_size, args, seed),
+            "fresh": finetune(None, data, vocabulary_size, args, seed)})
     print(json.dumps(result, indent=1))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
