@@ -13,7 +13,9 @@ functional graph from `keras.Input`s to a dict of outputs, and hands both to
 * the dtype policy: the layers are created with ``dtype``; the model itself takes the same
   policy once its functional graph exists;
 * serialisation: every subclass is registered as ``lmfactory>ClassName``, the name saved
-  `.keras` files carry.
+  `.keras` files carry;
+* its inputs: `call` takes a dict holding at least the backbone's inputs and reads each by
+  name (`model_inputs`), so a batch may carry more (a pair's ``segment_ids``, a label).
 
 Per-layer states. Backbones whose intermediate states are read elsewhere (feature-based
 use, BERT §5.3; distillation, DistilBERT §2 / TinyBERT §3.1; CharLM's auxiliary losses)
@@ -30,10 +32,31 @@ so the base class deliberately does not define it.
 import inspect
 
 import keras
+from keras import ops
 
 # Constructor parameters that are not part of the recorded arguments: `dtype` is saved as
 # the policy's name, the rest are Keras' own (`name`, `trainable` in **kwargs).
 _NOT_ARGUMENTS = ("self", "dtype")
+
+
+def model_inputs(model, inputs):
+    """The entries of the dict ``inputs`` that the functional ``model`` takes.
+
+    A Keras functional model matches a dict of inputs to its own inputs by flattening both
+    in sorted-key order, so an extra entry (the all-zero ``segment_ids`` that the ``mlm``
+    pretraining records and the sentence-pair packer carry, CONTRACTS §3; a BERT batch's
+    ``segment_ids`` given to a model without them; any feature a transform adds) would
+    shift the tensors onto the wrong inputs: such entries are dropped. A ``segment_ids``
+    input the batch lacks is all zeros (a single-segment batch); any other missing input
+    is an error. A non-dict ``inputs`` is returned as is."""
+    if not isinstance(inputs, dict):
+        return inputs
+    missing = sorted(set(model.input) - set(inputs) - {"segment_ids"})
+    if missing:
+        raise ValueError(f"{type(model).__name__} needs inputs {sorted(model.input)}; "
+                         f"missing {missing} (got {sorted(inputs)})")
+    return {name: inputs[name] if name in inputs else ops.zeros_like(inputs["token_ids"])
+            for name in model.input}
 
 
 class Backbone(keras.Model):
@@ -67,6 +90,9 @@ class Backbone(keras.Model):
         for key in self.argument_names():
             setattr(self, key, arguments[key])
 
+    def call(self, inputs, training=None, mask=None):
+        return super().call(model_inputs(self, inputs), training=training, mask=mask)
+
     @classmethod
     def argument_names(cls) -> tuple:
         """The names of the constructor's arguments that make up the config, in order."""
@@ -95,4 +121,4 @@ def check_head_split(hidden_dim, num_heads) -> None:
                          f"({num_heads})")
 
 
-__all__ = ["Backbone", "check_head_split"]
+__all__ = ["Backbone", "check_head_split", "model_inputs"]

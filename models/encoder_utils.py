@@ -16,13 +16,14 @@ created them, so seeded initial values do not move) or run them:
   map);
 * `add_pooler` / `pooled_outputs`: BERT's Dense(H, tanh) "pooler" on the final `[CLS]`
   vector (kept by ALBERT);
-* `require_inputs` / `model_inputs`: checking and selecting a model's dict inputs.
+* `require_inputs`: checking a model's dict inputs (`model_inputs`, selecting them, lives
+  in `backbone.py` and is re-exported here).
 """
 
 import keras
 import keras_nlp
-from keras import ops
 
+from lmfactory.models.backbone import model_inputs  # noqa: F401  (re-exported)
 from lmfactory.models.folded_dense import TransformerEncoder
 
 # --------------------------------------------------------------------------- inputs
@@ -37,26 +38,6 @@ def require_inputs(owner: str, inputs, names) -> None:
     if missing:
         raise ValueError(f"{owner} inputs lack {missing}; it takes {list(names)}, got "
                          f"{sorted(inputs)}")
-
-
-def model_inputs(model, inputs):
-    """The entries of the dict ``inputs`` that the functional ``model`` takes.
-
-    A Keras functional model matches a dict of inputs to its own inputs by flattening both
-    in sorted-key order, so an extra entry (the all-zero ``segment_ids`` that the ``mlm``
-    pretraining records and the sentence-pair packer carry, CONTRACTS §3; a BERT batch's
-    ``segment_ids`` given to a model without them) would shift the tensors onto the wrong
-    inputs: such entries are dropped. A ``segment_ids`` input the batch lacks is all zeros
-    (a single-segment batch); any other missing input is an error. A non-dict ``inputs``
-    is returned as is."""
-    if not isinstance(inputs, dict):
-        return inputs
-    missing = sorted(set(model.input) - set(inputs) - {"segment_ids"})
-    if missing:
-        raise ValueError(f"{type(model).__name__} needs inputs {sorted(model.input)}; "
-                         f"missing {missing} (got {sorted(inputs)})")
-    return {name: inputs[name] if name in inputs else ops.zeros_like(inputs["token_ids"])
-            for name in model.input}
 
 
 # --------------------------------------------------------------------------- embeddings

@@ -20,6 +20,7 @@ registration for serialisation (``lmfactory>ClassName``):
 
 import keras
 
+from lmfactory.models.backbone import model_inputs
 from lmfactory.models.task_losses import (SparseCategoricalAccuracy, masked_lm_objective,
                                           sentence_objective, with_regularization)
 
@@ -114,8 +115,12 @@ class Task(BackboneTask, keras.Model):
 
     Keras makes a functional model's classes `Functional` subclasses (it rewrites the bases
     of every class above the model's), so a task model with its own `call` derives from
-    `SubclassedTask` instead.
+    `SubclassedTask` instead. `call` reads each input by name (`backbone.model_inputs`): a
+    batch may carry entries the model does not take.
     """
+
+    def call(self, inputs, training=None, mask=None):
+        return super().call(model_inputs(self, inputs), training=training, mask=mask)
 
     def add_output_layers(self, units, dropout, kernel_initializer, dtype):
         """Creates the head's last two layers: ``self.output_dropout`` (rate ``dropout``;

@@ -255,6 +255,8 @@ class DistilBertDistiller(SubclassedTask):
             training=training)["sequence_output"]
         mlm_logits = self.masked_lm_head(sequence_output,
                                          mask_positions=inputs["mask_positions"])
+        # The batch has no `segment_ids` and a BERT teacher takes them: Keras rejects a
+        # missing key before `Backbone.call`, so they are filled (zeros) here.
         teacher_sequence = self.teacher.backbone(model_inputs(self.teacher.backbone, inputs),
                                                  training=False)["sequence_output"]
         teacher_logits = self.teacher.masked_lm_head(teacher_sequence,

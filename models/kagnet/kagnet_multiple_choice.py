@@ -6,7 +6,6 @@ import keras
 import numpy as np
 from keras import ops
 
-from lmfactory.models.encoder_utils import model_inputs
 from lmfactory.models.kagnet.kagnet_graph_encoder import KagNetGraphEncoder
 from lmfactory.models.kagnet.kagnet_path_finder import GRAPH_INPUTS
 from lmfactory.models.task_losses import sentence_objective, with_regularization
@@ -116,9 +115,6 @@ class KagNetMultipleChoice(Task):
         # === Metrics ===
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
-
-    def call(self, inputs, training=None, mask=None):
-        return super().call(model_inputs(self, inputs), training=training, mask=mask)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         loss = sentence_objective(y, y_pred, self.loss_tracker, self.accuracy)

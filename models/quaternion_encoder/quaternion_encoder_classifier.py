@@ -2,7 +2,6 @@
 
 import keras
 
-from lmfactory.models.encoder_utils import model_inputs
 from lmfactory.models.quaternion_encoder.quaternion_encoder_backbone import INPUT_NAMES
 from lmfactory.models.task_model import SequenceClassifier, first_token_vector
 
@@ -39,6 +38,3 @@ class QuaternionEncoderClassifier(SequenceClassifier):
 
     def classify(self, outputs):
         return self.output_head(first_token_vector(outputs))
-
-    def call(self, inputs, training=None, mask=None):
-        return super().call(model_inputs(self, inputs), training=training, mask=mask)

@@ -118,9 +118,6 @@ class RobertaBackbone(Backbone):
             self, [self.token_embedding(token_ids), self.position_embedding(padding_mask)],
             training=training)
 
-    def call(self, inputs, training=None, mask=None):
-        return super().call(model_inputs(self, inputs), training=training, mask=mask)
-
     def call_with_states(self, inputs, training=False):
         """The forward pass, also returning every layer's output and attention map.
 

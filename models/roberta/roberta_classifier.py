@@ -1,6 +1,5 @@
 """RoBERTa fine-tuned for sequence classification (Liu et al. 2019 §5.1)."""
 
-from lmfactory.models.encoder_utils import model_inputs
 from lmfactory.models.roberta.roberta_backbone import (ROBERTA_BACKBONE_INPUTS,
                                                        roberta_kernel_initializer)
 from lmfactory.models.task_model import (SequenceClassifier, dropout_dense,
@@ -43,6 +42,3 @@ class RobertaClassifier(SequenceClassifier):
     def classify(self, outputs):
         return self.output_head(
             self.pooler_dense(self.pooler_dropout(first_token_vector(outputs))))
-
-    def call(self, inputs, training=None, mask=None):
-        return super().call(model_inputs(self, inputs), training=training, mask=mask)

@@ -1,6 +1,5 @@
 """RoBERTa's pre-training task: masked LM only (Liu et al. 2019 §4.1-§4.2)."""
 
-from lmfactory.models.encoder_utils import model_inputs
 from lmfactory.models.roberta.roberta_backbone import (ROBERTA_BACKBONE_INPUTS,
                                                        roberta_kernel_initializer)
 from lmfactory.models.task_model import MaskedLMPretrainer
@@ -52,6 +51,3 @@ class RobertaPretrainer(MaskedLMPretrainer):
             name="masked_lm_head",
         )
         super().__init__(backbone, self.masked_lm_head, **kwargs)
-
-    def call(self, inputs, training=None, mask=None):
-        return super().call(model_inputs(self, inputs), training=training, mask=mask)

@@ -3,7 +3,6 @@
 import keras
 from keras import ops
 
-from lmfactory.models.encoder_utils import model_inputs
 from lmfactory.models.task_losses import sentence_objective, with_regularization
 from lmfactory.models.task_model import Task, first_token_vector, int_inputs
 from lmfactory.models.tasks.fold_choices import FoldChoices
@@ -71,9 +70,6 @@ class MultipleChoice(Task):
         # === Metrics ===
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
-
-    def call(self, inputs, training=None, mask=None):
-        return super().call(model_inputs(self, inputs), training=training, mask=mask)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         loss = sentence_objective(y, y_pred, self.loss_tracker, self.accuracy)

@@ -343,8 +343,7 @@ class TinyBertTaskDistiller(TinyBertDistillation):
             student_states["pooled_output"], training=training))
         teacher_states = self.teacher.backbone.call_with_states(
             model_inputs(self.teacher.backbone, inputs), training=False)
-        teacher_logits = self.teacher(
-            {name: inputs[name] for name in self.teacher.input}, training=False)
+        teacher_logits = self.teacher(inputs, training=False)
         outputs = self.intermediate_outputs(student_states, teacher_states)
         outputs["logits"] = logits
         outputs["teacher_logits"] = ops.stop_gradient(teacher_logits)

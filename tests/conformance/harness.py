@@ -34,7 +34,8 @@ word's vector does not depend on its neighbours).
 
 * ``forward``: builds; each output stream [B, T, width] float (width = config ``hidden_dim``
   for ``sequence_output`` / ``decoder_sequence_output`` where the config has it;
-  ``pooled_output`` [B, hidden] where present); a shorter sequence works too.
+  ``pooled_output`` [B, hidden] where present); a shorter sequence works too; inputs it
+  does not take (``segment_ids``, a key that sorts first) change nothing.
 * ``padding``: outputs at real positions ignore the ids (and segment ids) of padded
   positions, right or left padded, on each input stream of an encoder-decoder; a real token
   changes the outputs; bidirectional models (encoders, a non-causal recurrent model) see
@@ -60,7 +61,7 @@ word's vector does not depend on its neighbours).
   and equals the naive loop that re-runs the whole prefix through the head and takes the
   argmax (cached decoding == uncached, token for token).
 * ``heads``: every task kind the architecture has a head for builds on the tiny backbone
-  and gives outputs of the documented leading shape.
+  and gives outputs of the documented leading shape, unchanged by inputs it does not take.
 """
 
 from __future__ import annotations
@@ -139,7 +140,8 @@ def check_forward(name, backbone=None):
                                                                              "hidden_dim")
     streams = output_streams(backbone)
     for seq in (SEQ, 5):
-        outputs = backbone(backbone_inputs(backbone, seq=seq, lengths=(seq, seq - 2)))
+        inputs = backbone_inputs(backbone, seq=seq, lengths=(seq, seq - 2))
+        outputs = backbone(inputs, training=False)
         assert isinstance(outputs, dict), f"{name}: outputs are {type(outputs)}, not a dict"
         for key in streams:
             assert key in outputs, f"{name}: outputs {sorted(outputs)} lack {key}"
@@ -155,6 +157,7 @@ def check_forward(name, backbone=None):
             width = hidden if hidden is not None else pooled.shape[-1]
             assert tuple(pooled.shape) == (BATCH, width), (name, tuple(pooled.shape))
             assert "float" in str(pooled.dtype), (name, pooled.dtype)
+    check_extra_inputs_ignored(backbone, inputs, outputs, f"{name} backbone")
     return backbone
 
 
@@ -565,6 +568,25 @@ def check_head(name, kind, backbone=None):
     for value in (outputs.values() if isinstance(outputs, dict) else [outputs]):
         if "float" in str(value.dtype):
             assert np.all(np.isfinite(np.asarray(value))), f"{what}: non-finite outputs"
+    check_extra_inputs_ignored(model, inputs, outputs, what)
+
+
+def check_extra_inputs_ignored(model, inputs, outputs, what):
+    """A batch may carry entries the model does not take: every `mlm` record and every
+    sentence-pair batch has ``segment_ids`` (CONTRACTS §3), and a TFX transform may add
+    features. Keras flattens a dict of inputs in sorted-key order, so a functional model
+    given an extra key that sorts before its own would read each tensor at the wrong input.
+    Called with ``segment_ids`` (when it lacks them) and a key that sorts first, the model
+    gives the same outputs."""
+    token_like = next((inputs[name] for name in sorted(inputs) if name.endswith("token_ids")),
+                      None)
+    if token_like is None:
+        return
+    with_extra = dict(inputs)
+    with_extra["a_feature_the_model_ignores"] = np.full_like(np.asarray(token_like), 7)
+    with_extra.setdefault("segment_ids", np.ones_like(np.asarray(token_like)))
+    assert_outputs_close(model(with_extra, training=False), outputs, atol=1e-6,
+                         what=f"{what} given inputs it does not take")
 
 
 def check_heads(name, backbone=None):

@@ -41,6 +41,8 @@ import keras
 import keras_nlp
 from keras import ops
 
+from lmfactory.models.backbone import model_inputs
+
 PACKAGE = __name__.split(".")[0]
 USE_PADDING_MASK = {use_padding_mask}
 
@@ -81,6 +83,10 @@ class ToyBackbone(keras.Model):
         self.dropout = dropout
         self.max_sequence_length = max_sequence_length
 
+    def call(self, inputs, training=None, mask=None):
+        # Each input by name: a batch may hold entries the model does not take.
+        return super().call(model_inputs(self, inputs), training=training, mask=mask)
+
     def get_config(self):
         return {{"name": self.name, "trainable": self.trainable,
                 "vocabulary_size": self.vocabulary_size, "num_layers": self.num_layers,
@@ -100,6 +106,8 @@ TASKS = '''
 import keras
 import keras_nlp
 from keras import ops
+
+from lmfactory.models.backbone import model_inputs
 
 PACKAGE = __name__.split(".")[0]
 
@@ -153,6 +161,9 @@ class ToyClassifier(keras.Model):
         super().__init__(inputs=inputs, outputs=dense(sequence[:, 0, :]), **kwargs)
         self.backbone = backbone
         self.num_classes = num_classes
+
+    def call(self, inputs, training=None, mask=None):
+        return super().call(model_inputs(self, inputs), training=training, mask=mask)
 
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable,
